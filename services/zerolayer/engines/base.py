@@ -1,0 +1,51 @@
+"""The one async engine protocol every engine implements. Routing and metering only see this."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["SamplingSpec", "TokenDelta", "Engine"]
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """What to generate for one request, engine-neutral."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """New output since the previous delta. finish_reason is set on the last one only."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """start, generate (async token stream with a finish reason), check_health, stats."""
+
+    async def start(self) -> None:
+        """Load the model; return when the engine can serve."""
+
+    def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
+        """Stream the output of one request. Closing the iterator aborts the request."""
+
+    async def check_health(self) -> None:
+        """Raise if the engine cannot serve."""
+
+    async def stats(self) -> dict[str, Any]:
+        """Counters for /metrics and the model card."""
+
+    async def shutdown(self) -> None:
+        """Release the engine's processes and memory."""

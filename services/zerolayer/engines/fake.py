@@ -1,0 +1,60 @@
+"""A scripted engine for unit tests of routing and metering. It never touches a model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from zerolayer.engines.base import SamplingSpec, TokenDelta
+
+__all__ = ["FakeEngine"]
+
+
+class FakeEngine:
+    """Replies with a fixed list of token strings, one delta per token.
+
+    Token ids are the positions in the script (offset by 1000) so tests can count them. When the
+    script is shorter than max_tokens the finish reason is "stop", else "length".
+    """
+
+    def __init__(
+        self, script: list[str] | None = None, delay_s: float = 0.0, fail_after: int | None = None
+    ):
+        self.script = script or ["Hello", ",", " world", "!"]
+        self.delay_s = delay_s
+        self.fail_after = fail_after
+        self.started = False
+        self.requests = 0
+        self.aborted: list[str] = []
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
+        self.requests += 1
+        n = min(len(self.script), spec.max_tokens)
+        finish = "length" if spec.max_tokens < len(self.script) else "stop"
+        done = False
+        try:
+            for i in range(n):
+                if self.fail_after is not None and i >= self.fail_after:
+                    raise RuntimeError("scripted engine failure")
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                last = i == n - 1
+                yield TokenDelta(self.script[i], [1000 + i], finish if last else None)
+            done = True
+        finally:
+            if not done:
+                self.aborted.append(spec.request_id)
+
+    async def check_health(self) -> None:
+        if not self.started:
+            raise RuntimeError("fake engine not started")
+
+    async def stats(self) -> dict[str, Any]:
+        return {"engine": "fake", "requests": self.requests, "aborted": len(self.aborted)}
+
+    async def shutdown(self) -> None:
+        self.started = False

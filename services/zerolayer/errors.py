@@ -1,0 +1,102 @@
+"""One small exception hierarchy. At the HTTP edge each maps to an OpenAI-format error body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ZerolayerError",
+    "ConfigError",
+    "ArtifactError",
+    "APIError",
+    "InvalidRequest",
+    "AuthenticationFailed",
+    "PermissionDenied",
+    "ModelNotFound",
+    "ContextLengthExceeded",
+    "EngineError",
+    "openai_error_body",
+]
+
+
+class ZerolayerError(Exception):
+    """Base of every error zerolayer raises on purpose."""
+
+
+class ConfigError(ZerolayerError):
+    """The platform config or a CLI argument is wrong; the message says how."""
+
+
+class ArtifactError(ZerolayerError):
+    """A model or tier artifact is missing or broken."""
+
+
+class APIError(ZerolayerError):
+    """An error that becomes an HTTP response in the OpenAI error format."""
+
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body OpenAI clients understand."""
+        return openai_error_body(self.message, self.error_type, self.param, self.code)
+
+
+class InvalidRequest(APIError):
+    """The request body is malformed or asks for something impossible."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationFailed(APIError):
+    """No API key, or one that is unknown or revoked."""
+
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(APIError):
+    """The key's plan does not include the requested tier."""
+
+    status_code = 403
+    error_type = "permission_error"
+    code = "tier_not_in_plan"
+
+
+class ModelNotFound(APIError):
+    """The model id names no served model or tier."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """Prompt plus max_tokens exceed what the tier serves."""
+
+    code = "context_length_exceeded"
+
+
+class EngineError(APIError):
+    """The engine failed while serving a request."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "engine_error"
+
+
+def openai_error_body(
+    message: str, error_type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """{"error": {...}} as the OpenAI API returns it."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

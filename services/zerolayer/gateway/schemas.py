@@ -1,0 +1,122 @@
+"""OpenAI request bodies the gateway accepts. Unknown fields are ignored, as OpenAI's API does
+for fields it does not know of newer clients; wrong types and out-of-range values are 400s."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "StreamOptions",
+    "ChatMessage",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Body):
+    """Options of a streamed response."""
+
+    include_usage: bool = Field(default=False, description="Send a last chunk with usage")
+
+
+class _TextPart(_Body):
+    type: Literal["text"] = Field(description="Only text parts are served")
+    text: str = Field(description="The text")
+
+
+class ChatMessage(_Body):
+    """One chat turn."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(
+        description="Who spoke"
+    )
+    content: str | list[_TextPart] | None = Field(description="Text, or a list of text parts")
+    name: str | None = Field(default=None, description="Optional speaker name")
+
+    def text(self) -> str:
+        """The content as one string."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+MaxTokens = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+class _Sampling(_Body):
+    model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>'")
+    max_tokens: MaxTokens | None = Field(default=None, description="Upper bound of new tokens")
+    temperature: float = Field(default=1.0, ge=0, le=2, description="Sampling temperature")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass")
+    n: int = Field(default=1, ge=1, le=1, description="Choices per request (only 1 is served)")
+    seed: int | None = Field(default=None, description="Sampling seed")
+    stop: str | list[str] | None = Field(default=None, description="Up to 4 stop strings")
+    stream: bool = Field(default=False, description="Reply as server-sent events")
+    stream_options: StreamOptions | None = Field(default=None, description="Streaming options")
+    user: str | None = Field(default=None, description="End-user id, for the customer's records")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> list[str] | None:
+        if v is None:
+            return None
+        stops = [v] if isinstance(v, str) else v
+        if len(stops) > 4:
+            raise ValueError("at most 4 stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return stops
+
+    def sampling(self) -> dict[str, Any]:
+        """The engine-neutral part of the request."""
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": self.stop,
+        }
+
+    def include_usage(self) -> bool:
+        """Whether a streamed reply ends with a usage chunk."""
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_Sampling):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1, description="The conversation so far")
+    max_completion_tokens: MaxTokens | None = Field(
+        default=None, description="Newer name of max_tokens"
+    )
+
+    def sampling(self) -> dict[str, Any]:
+        out = super().sampling()
+        if out["max_tokens"] is None:
+            out["max_tokens"] = self.max_completion_tokens
+        return out
+
+
+class CompletionRequest(_Sampling):
+    """POST /v1/completions."""
+
+    prompt: str | list[int] | list[str] = Field(description="Text, token ids, or one text in a list")
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v: str | list[int] | list[str]) -> str | list[int]:
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            if len(v) != 1:
+                raise ValueError("only one prompt per request is served")
+            v = v[0]
+        if isinstance(v, list) and not v:
+            raise ValueError("prompt must not be empty")
+        return v  # type: ignore[return-value]

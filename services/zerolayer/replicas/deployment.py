@@ -1,0 +1,65 @@
+"""The Ray Serve deployment of one model tier."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ray import serve
+
+from zerolayer.config import PlatformConfig
+from zerolayer.engines import build_engine
+from zerolayer.replicas.core import TierReplica
+from zerolayer.tokenfix.prompt import PromptBuilder
+
+__all__ = ["TierDeployment"]
+
+
+class TierDeployment:
+    """One replica of '<model>:<tier>'; the engine starts in the constructor, so Ray Serve only
+    routes to a replica that has loaded its model."""
+
+    async def __init__(self, config: dict[str, Any], model: str, tier: str):
+        cfg = PlatformConfig.model_validate(config)
+        mcfg = cfg.models[model]
+        model_dir = str(cfg.model_dir(model))
+        engine = build_engine(model_dir, mcfg.tiers[tier], mcfg.max_model_len)
+        self.replica = TierReplica(
+            f"{model}:{tier}",
+            engine,
+            PromptBuilder(model_dir),
+            mcfg.max_model_len,
+            cfg.gateway.default_max_tokens,
+        )
+        await self.replica.start()
+
+    async def stream(self, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Events of one request (streamed through the handle)."""
+        async for ev in self.replica.stream(req):
+            yield ev
+
+    async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The whole result of one request."""
+        return await self.replica.complete(req)
+
+    async def check_health(self) -> None:
+        """Called by Ray Serve; raising marks the replica unhealthy and replaces it."""
+        await self.replica.check_health()
+
+    async def stats(self) -> dict[str, Any]:
+        """Engine counters."""
+        return await self.replica.engine.stats()
+
+
+def tier_deployment(name: str, cfg: PlatformConfig, model: str, tier: str) -> Any:
+    """TierDeployment as a Ray Serve deployment with the tier's scaling options."""
+    tc = cfg.models[model].tiers[tier]
+    return serve.deployment(
+        TierDeployment,
+        name=name,
+        num_replicas=tc.replicas,
+        max_ongoing_requests=tc.max_ongoing_requests,
+        ray_actor_options={"num_cpus": tc.num_cpus, "num_gpus": tc.num_gpus},
+        health_check_period_s=10,
+        health_check_timeout_s=30,
+    )

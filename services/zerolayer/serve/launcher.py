@@ -1,0 +1,152 @@
+"""Start and stop the whole platform on one machine: Redis, Ray, the Serve application."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+from zerolayer.config import PlatformConfig
+from zerolayer.errors import ArtifactError
+from zerolayer.models.importer import ensure_model
+from zerolayer.store.embedded import EmbeddedRedis
+from zerolayer.store.keys import KeyStore
+
+__all__ = ["Platform", "dev_key"]
+
+
+def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
+    """The local developer key: kept in <cache>/dev-key (mode 600), created on first use or
+    when Redis no longer knows it."""
+    path = Path(cfg.cache_dir) / "dev-key"
+    store = KeyStore(client)
+    if path.exists():
+        key = path.read_text().strip()
+        record = store.lookup(key)
+        if record is not None and not record.revoked and record.plan in cfg.plans:
+            return key
+    key, _ = store.create(cfg.dev_plan, name="dev-key")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(key + "\n")
+    os.chmod(path, 0o600)
+    return key
+
+
+class _Progress:
+    """Prints the deployments' states every few seconds while Serve starts them."""
+
+    def __init__(self, app_name: str, out=sys.stderr):
+        self.app_name = app_name
+        self.out = out
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from ray import serve
+
+        t0 = time.monotonic()
+        while not self._stop.wait(3.0):
+            try:
+                app = serve.status().applications.get(self.app_name)
+            except Exception:
+                continue
+            if app is None:
+                continue
+            states = ", ".join(
+                f"{name} {d.status.value.lower()}" for name, d in sorted(app.deployments.items())
+            )
+            print(f"  [{time.monotonic() - t0:5.0f}s] {states}", file=self.out, flush=True)
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class Platform:
+    """Redis + Ray + the zerolayer application, started in order and stopped in reverse."""
+
+    def __init__(self, cfg: PlatformConfig, log=sys.stderr):
+        self.cfg = cfg
+        self.log = log
+        self._redis: EmbeddedRedis | None = None
+        self._ray_started = False
+        self.key: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.cfg.host}:{self.cfg.port}/v1"
+
+    def _say(self, msg: str) -> None:
+        print(msg, file=self.log, flush=True)
+
+    def start(self) -> Platform:
+        """Import missing models, start everything, create the dev key; return self."""
+        from zerolayer.serve.app import APP_NAME, build_app
+
+        for name in self.cfg.models:
+            self._say(f"model {name}: {self.cfg.model_dir(name)}")
+            ensure_model(self.cfg, name)
+        if self.cfg.redis.url is None:
+            self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), self.cfg.redis.embedded_port)
+            url = self._redis.start()
+            self._say(f"redis: embedded redis-server at {url} (AOF in {self._redis.data_dir})")
+            self.cfg = self.cfg.model_copy(update={"redis": self.cfg.redis.model_copy(
+                update={"url": url})})
+        else:
+            self._say(f"redis: {self.cfg.redis.url}")
+        client = redis.Redis.from_url(self.cfg.redis.url or "")
+        try:
+            self.key = dev_key(self.cfg, client)
+        finally:
+            client.close()
+
+        import ray
+        from ray import serve
+
+        self._say("ray: starting")
+        ray.init(
+            address=self.cfg.ray.address,
+            num_cpus=None if self.cfg.ray.address else self.cfg.ray.num_cpus,
+            include_dashboard=False,
+            logging_level="WARNING",
+            log_to_driver=True,
+        )
+        self._ray_started = True
+        serve.start(http_options={"host": self.cfg.host, "port": self.cfg.port})
+        self._say("serve: deploying (the engine loads the model; about a minute on a CPU)")
+        with _Progress(APP_NAME, self.log):
+            try:
+                serve.run(build_app(self.cfg), name=APP_NAME, route_prefix="/")
+            except Exception as exc:
+                self.stop()
+                raise ArtifactError(f"the application failed to start: {exc}") from exc
+        return self
+
+    def stop(self) -> None:
+        """Stop the application, Ray and the embedded Redis (whatever was started)."""
+        if self._ray_started:
+            import ray
+            from ray import serve
+
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+                self._ray_started = False
+        if self._redis is not None:
+            self._redis.stop()
+            self._redis = None
+
+    def __enter__(self) -> Platform:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
