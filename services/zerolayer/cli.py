@@ -55,7 +55,9 @@ def _cmd_models_import(args: argparse.Namespace) -> int:
     names = args.names or list(cfg.models)
     for name in names:
         if name not in cfg.models:
-            raise ZerolayerError(f"unknown model {name!r}; platform/models.yaml has {list(cfg.models)}")
+            raise ZerolayerError(
+                f"unknown model {name!r}; platform/models.yaml has {list(cfg.models)}"
+            )
         out = import_model(name, cfg.models[name], cfg.model_dir(name), force=args.force)
         print(f"{name}: {out}")
     return 0
@@ -83,15 +85,21 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.stop()
     print(key)
-    print(f"key id {record.key_id}, plan {record.plan}: store it now, it is not shown again",
-          file=sys.stderr)
+    print(
+        f"key id {record.key_id}, plan {record.plan}: store it now, it is not shown again",
+        file=sys.stderr,
+    )
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zerolayer", description=__doc__)
-    p.add_argument("--platform-dir", type=Path, default=None,
-                   help="folder with models.yaml, plans.yaml, serve/ (default: the repo's platform/)")
+    p.add_argument(
+        "--platform-dir",
+        type=Path,
+        default=None,
+        help="folder with models.yaml, plans.yaml, serve/ (default: the repo's platform/)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="start Redis, Ray Serve and every tier; Ctrl-C stops")
@@ -99,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=None, help="HTTP port (default 8000)")
     up.set_defaults(func=_cmd_up)
 
-    models = sub.add_parser("models", help="model artifacts").add_subparsers(dest="sub", required=True)
+    models = sub.add_parser("models", help="model artifacts").add_subparsers(
+        dest="sub", required=True
+    )
     imp = models.add_parser("import", help="import models into the cache (once)")
     imp.add_argument("names", nargs="*", help="models to import (default: all in models.yaml)")
     imp.add_argument("--force", action="store_true", help="import again even if present")

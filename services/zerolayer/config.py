@@ -138,6 +138,9 @@ class PlatformConfig(_Strict):
     port: int = Field(default=8000, description="Port of the HTTP proxy")
     cache_dir: str = Field(description="Imported models and artifacts live here")
     dev_plan: str = Field(default="pro", description="Plan of the key `zerolayer up` prints")
+    dev_key_file: str | None = Field(
+        default=None, description="Where `zerolayer up` keeps its key; default <cache>/dev-key"
+    )
     default_model: str = Field(description="Model a request without a known id cannot fall to")
     models: dict[str, ModelConfig] = Field(description="Served models")
     plans: dict[str, PlanConfig] = Field(description="Customer plans")
@@ -179,7 +182,8 @@ def default_platform_dir() -> Path:
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     """$XDG_CACHE_HOME/zerolayer, else ~/.cache/zerolayer."""
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    base = env.get("XDG_CACHE_HOME") or str(home / ".cache")
     return Path(base) / "zerolayer"
 
 

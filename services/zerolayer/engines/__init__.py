@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from zerolayer.engines.base import Engine, SamplingSpec, TokenDelta
 from zerolayer.engines.fake import FakeEngine
+
+if TYPE_CHECKING:
+    from zerolayer.config import TierConfig
 
 __all__ = ["Engine", "SamplingSpec", "TokenDelta", "FakeEngine", "build_engine"]
 
 
-def build_engine(model_dir: str, tier: "TierConfig", max_model_len: int) -> Engine:  # noqa: F821
+def build_engine(model_dir: str, tier: TierConfig, max_model_len: int) -> Engine:
     """The engine a tier's config names."""
     if tier.engine == "fake":
         return FakeEngine(tier.fake_script)

@@ -74,13 +74,23 @@ class _Shape:
         self.created = int(time.time())
 
     def _frame(self, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": choices, **extra}
+        return {
+            "id": self.rid,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
 
     def final(self, text: str, finish: str, usage: dict[str, int]) -> dict[str, Any]:
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
             return self._frame("chat.completion", [choice], usage=usage)
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         return self._frame("text_completion", [choice], usage=usage)
@@ -183,8 +193,9 @@ def create_app(
             if res["event"] == "error":
                 return JSONResponse(res["body"], status_code=res["status"], headers=headers)
             usage = _usage(res["prompt_tokens"], res["completion_tokens"])
-            return JSONResponse(shape.final(res["text"], res["finish_reason"], usage),
-                                headers=headers)
+            return JSONResponse(
+                shape.final(res["text"], res["finish_reason"], usage), headers=headers
+            )
         events = backend.stream(target, req)
         first = await anext(events)
         if first["event"] == "error":
@@ -240,7 +251,8 @@ async def _sse_stream(
             kind = ev["event"]
             if kind == "delta":
                 completion += ev["tokens"]
-                yield _sse(shape.chunk(ev["text"], None, usage))
+                if ev["text"]:  # an end-of-sequence token carries no text: nothing to send
+                    yield _sse(shape.chunk(ev["text"], None, usage))
             elif kind == "end":
                 completion = ev["completion_tokens"]
                 yield _sse(shape.chunk(None if shape.chat else "", ev["finish_reason"], usage))

@@ -54,13 +54,26 @@ class Catalog:
         out = []
         for name, model in self.config.models.items():
             out.append(
-                {"id": name, "object": "model", "created": created, "owned_by": "zerolayer",
-                 "description": model.description, "max_model_len": model.max_model_len}
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "zerolayer",
+                    "description": model.description,
+                    "max_model_len": model.max_model_len,
+                }
             )
             for tier, tc in model.tiers.items():
                 out.append(
-                    {"id": tier_key(name, tier), "object": "model", "created": created,
-                     "owned_by": "zerolayer", "root": name, "tier": tier, "engine": tc.engine,
-                     "max_model_len": model.max_model_len}
+                    {
+                        "id": tier_key(name, tier),
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "zerolayer",
+                        "root": name,
+                        "tier": tier,
+                        "engine": tc.engine,
+                        "max_model_len": model.max_model_len,
+                    }
                 )
         return out

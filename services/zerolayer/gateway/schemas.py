@@ -108,7 +108,9 @@ class ChatCompletionRequest(_Sampling):
 class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
-    prompt: str | list[int] | list[str] = Field(description="Text, token ids, or one text in a list")
+    prompt: str | list[int] | list[str] = Field(
+        description="Text, token ids, or one text in a list"
+    )
 
     @field_validator("prompt")
     @classmethod

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from zerolayer.engines.base import Engine, SamplingSpec
-from zerolayer.errors import APIError, ContextLengthExceeded, EngineError
+from zerolayer.errors import APIError, ContextLengthExceeded, EngineError, InvalidRequest
 from zerolayer.tokenfix.prompt import PromptBuilder
 
 __all__ = ["TierReplica"]
@@ -49,6 +49,8 @@ class TierReplica:
             ids = self.prompts.chat(req["messages"])
         else:
             ids = self.prompts.completion(req["prompt"])
+        if not ids:
+            raise InvalidRequest("the prompt is empty", param="prompt")
         room = self.max_model_len - len(ids)
         asked = req.get("max_tokens")
         if room < 1 or (asked is not None and asked > room):

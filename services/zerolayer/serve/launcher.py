@@ -22,7 +22,7 @@ __all__ = ["Platform", "dev_key"]
 def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
     """The local developer key: kept in <cache>/dev-key (mode 600), created on first use or
     when Redis no longer knows it."""
-    path = Path(cfg.cache_dir) / "dev-key"
+    path = Path(cfg.dev_key_file or Path(cfg.cache_dir) / "dev-key")
     store = KeyStore(client)
     if path.exists():
         key = path.read_text().strip()
@@ -98,8 +98,9 @@ class Platform:
             self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), self.cfg.redis.embedded_port)
             url = self._redis.start()
             self._say(f"redis: embedded redis-server at {url} (AOF in {self._redis.data_dir})")
-            self.cfg = self.cfg.model_copy(update={"redis": self.cfg.redis.model_copy(
-                update={"url": url})})
+            self.cfg = self.cfg.model_copy(
+                update={"redis": self.cfg.redis.model_copy(update={"url": url})}
+            )
         else:
             self._say(f"redis: {self.cfg.redis.url}")
         client = redis.Redis.from_url(self.cfg.redis.url or "")

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from zerolayer.errors import ConfigError
 
@@ -30,6 +32,13 @@ def redis_server_binary() -> str:
     return found
 
 
+def _probe(port: int) -> redis.Redis:
+    """A client that fails at once (no retries) when nothing listens."""
+    return redis.Redis(
+        host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
+
+
 class EmbeddedRedis:
     """Start a redis-server on 127.0.0.1:port with its data (AOF) in data_dir; stop it on exit.
 
@@ -47,7 +56,7 @@ class EmbeddedRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def _existing(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        client = _probe(self.port)
         try:
             served = client.config_get("dir").get("dir")
         except redis.RedisError:
@@ -68,19 +77,28 @@ class EmbeddedRedis:
             return self.url
         cmd = [
             redis_server_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--daemonize", "no",
-            "--protected-mode", "yes",
-            "--logfile", str(self.data_dir / "redis.log"),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
         ]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(host="127.0.0.1", port=self.port)
+        client = _probe(self.port)
         try:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
@@ -102,7 +120,7 @@ class EmbeddedRedis:
             return
         if self._proc.poll() is None:
             try:
-                redis.Redis(host="127.0.0.1", port=self.port).shutdown(nosave=False)
+                _probe(self.port).shutdown(nosave=False)
             except redis.RedisError:
                 pass
             try:

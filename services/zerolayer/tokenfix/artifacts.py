@@ -81,7 +81,9 @@ def _fix_tokenizer(tok: Any, report: FixupReport) -> None:
     # A chat model must stop at the end of a turn: eos should be the template's end token.
     turn_end = _template_end_token(template, vocab)
     if turn_end and tok.eos_token != turn_end:
-        report.repairs.append(f"eos_token: {tok.eos_token!r} -> {turn_end!r} (chat template's turn end)")
+        report.repairs.append(
+            f"eos_token: {tok.eos_token!r} -> {turn_end!r} (chat template's turn end)"
+        )
         tok.eos_token = turn_end
     if tok.eos_token is None or tok.eos_token not in vocab:
         found = _first_in_vocab(vocab, _EOS_CANDIDATES)

@@ -42,5 +42,7 @@ class PromptBuilder:
         vocab = len(self.tokenizer)
         bad = [t for t in prompt if not 0 <= t < vocab]
         if bad:
-            raise InvalidRequest(f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param="prompt")
+            raise InvalidRequest(
+                f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param="prompt"
+            )
         return list(prompt)

@@ -1,0 +1,180 @@
+"""End to end: HTTP -> Ray Serve gateway -> baseline replica -> vLLM with SmolLM2, real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from zerolayer.serve.launcher import Platform
+from zerolayer.tokenfix.prompt import PromptBuilder
+
+pytestmark = pytest.mark.integration
+
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def post(p: Platform, path: str, body: Any, key: str | None = None, **kw: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key or p.key}"}
+    return httpx.post(p.base_url + path, json=body, headers=headers, timeout=120, **kw)
+
+
+def sse_text(resp: httpx.Response, chat: bool) -> tuple[str, list[Any]]:
+    events = [
+        block[len("data: ") :] for block in resp.text.split("\n\n") if block.startswith("data: ")
+    ]
+    assert events[-1] == "[DONE]"
+    parsed = [json.loads(e) for e in events[:-1]]
+    if chat:
+        text = "".join(
+            c["choices"][0]["delta"].get("content") or "" for c in parsed if c["choices"]
+        )
+    else:
+        text = "".join(c["choices"][0]["text"] for c in parsed if c["choices"])
+    return text, parsed
+
+
+def test_capital_of_france_mentions_paris(platform: Platform) -> None:
+    r = post(
+        platform,
+        "/chat/completions",
+        {"model": "smollm2-135m", "messages": FRANCE, "temperature": 0, "max_tokens": 40},
+    )
+    assert r.status_code == 200, r.text
+    assert "Paris" in r.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+def test_stream_and_non_stream_agree_at_temperature_0(platform: Platform, route: str) -> None:
+    if route == "chat":
+        path, body = (
+            "/chat/completions",
+            {"messages": [{"role": "user", "content": "Name three colours."}]},
+        )
+    else:
+        path, body = "/completions", {"prompt": "Once upon a time, in a small village,"}
+    body = {**body, "model": "smollm2-135m:baseline", "temperature": 0, "max_tokens": 32}
+    full = post(platform, path, body).json()
+    streamed, chunks = sse_text(post(platform, path, {**body, "stream": True}), route == "chat")
+    choice = full["choices"][0]
+    expected = choice["message"]["content"] if route == "chat" else choice["text"]
+    assert streamed == expected and len(expected) > 0
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finishes[-1] == choice["finish_reason"]
+
+
+def test_usage_equals_the_tokenizer_counts(platform: Platform, prompts: PromptBuilder) -> None:
+    body = {"model": "smollm2-135m", "messages": FRANCE, "temperature": 0, "max_tokens": 5}
+    usage = post(platform, "/chat/completions", body).json()["usage"]
+    tok = prompts.tokenizer
+    rendered = tok.apply_chat_template(FRANCE, add_generation_prompt=True, tokenize=False)
+    n_prompt = len(tok.encode(rendered, add_special_tokens=False))
+    assert usage["prompt_tokens"] == n_prompt
+    assert usage["completion_tokens"] == 5
+    assert usage["total_tokens"] == n_prompt + 5
+
+    full = post(platform, "/chat/completions", {**body, "max_tokens": 64}).json()
+    assert full["choices"][0]["finish_reason"] == "stop"
+    text = full["choices"][0]["message"]["content"]
+    # The end-of-turn token the model emitted is counted, and carries no text.
+    assert full["usage"]["completion_tokens"] == len(prompts.tokenizer.encode(text)) + 1
+
+    streamed = post(
+        platform,
+        "/chat/completions",
+        {**body, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    _, chunks = sse_text(streamed, chat=True)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == usage
+
+
+def test_the_official_openai_client_works(platform: Platform) -> None:
+    client = openai.OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0)
+    ids = {m.id for m in client.models.list()}
+    assert {"smollm2-135m", "smollm2-135m:baseline"} <= ids
+    reply = client.chat.completions.create(
+        model="smollm2-135m", messages=FRANCE, temperature=0, max_tokens=40
+    )
+    assert "Paris" in (reply.choices[0].message.content or "")
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    stream = client.chat.completions.create(
+        model="smollm2-135m",
+        messages=FRANCE,
+        temperature=0,
+        max_tokens=40,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts, usage = [], None
+    for chunk in stream:
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+        if chunk.usage:
+            usage = chunk.usage
+    assert "".join(parts) == reply.choices[0].message.content
+    assert usage is not None and usage.completion_tokens == reply.usage.completion_tokens
+    done = client.completions.create(
+        model="smollm2-135m:baseline", prompt="1, 2, 3,", max_tokens=8, temperature=0
+    )
+    assert done.choices[0].text
+
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=platform.base_url, api_key="zl-wrong", max_retries=0).models.list()
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=FRANCE)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="smollm2-135m", messages=[])
+
+
+def test_error_cases_over_http(platform: Platform) -> None:
+    base = {"model": "smollm2-135m", "messages": FRANCE}
+    cases = [
+        (httpx.post(platform.base_url + "/chat/completions", json=base, timeout=30), 401),
+        (post(platform, "/chat/completions", base, key="zl-unknown"), 401),
+        (post(platform, "/chat/completions", {**base, "model": "llama-9000"}), 404),
+        (post(platform, "/chat/completions", {**base, "max_tokens": -5}), 400),
+        (post(platform, "/chat/completions", {**base, "messages": [{"role": "user"}]}), 400),
+        (post(platform, "/completions", {"model": "smollm2-135m", "prompt": ""}), 400),
+        (
+            httpx.post(
+                platform.base_url + "/chat/completions",
+                content=b"{not json",
+                headers={"Authorization": f"Bearer {platform.key}"},
+                timeout=30,
+            ),
+            400,
+        ),
+    ]
+    for resp, status in cases:
+        assert resp.status_code == status, resp.text
+        err = resp.json()["error"]
+        assert err["message"] and err["type"]
+
+
+def test_keys_create_cli_makes_a_working_key(platform: Platform) -> None:
+    env = {**os.environ, "REDIS_URL": platform.cfg.redis.url or ""}
+    out = subprocess.run(
+        [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", "free"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    key = out.stdout.strip()
+    assert key.startswith("zl-") and "not shown again" in out.stderr
+    r = httpx.get(
+        platform.base_url + "/models", headers={"Authorization": f"Bearer {key}"}, timeout=30
+    )
+    assert r.status_code == 200
+
+
+def test_healthz_reports_redis_and_tiers(platform: Platform) -> None:
+    r = httpx.get(f"http://{platform.cfg.host}:{platform.cfg.port}/healthz", timeout=30)
+    assert r.status_code == 200
+    assert r.json()["tiers"] == ["smollm2-135m:baseline"]

@@ -1,0 +1,60 @@
+from pathlib import Path
+
+import pytest
+from zerolayer.config import default_platform_dir, load_config
+from zerolayer.errors import ConfigError
+
+
+def test_repo_config_loads_with_defaults(tmp_path: Path) -> None:
+    cfg = load_config(env={"HOME": str(tmp_path)})
+    assert cfg.port == 8000 and cfg.host == "127.0.0.1"
+    assert cfg.default_model == "smollm2-135m"
+    assert "baseline" in cfg.models["smollm2-135m"].tiers
+    assert cfg.cache_dir == str(tmp_path / ".cache" / "zerolayer")
+    assert cfg.redis.url is None
+
+
+def test_env_then_overrides_win(tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path), "ZEROLAYER_PORT": "9001", "REDIS_URL": "redis://x:1/0"}
+    cfg = load_config(env=env, overrides={"host": "0.0.0.0"})
+    assert cfg.port == 9001 and cfg.host == "0.0.0.0"
+    assert cfg.redis.url == "redis://x:1/0"
+    assert cfg.model_dir("smollm2-135m") == tmp_path / "zerolayer" / "models" / "smollm2-135m"
+
+
+def test_no_importable_platform_package() -> None:
+    assert not (default_platform_dir() / "__init__.py").exists()
+    import platform
+
+    assert hasattr(platform, "python_version")  # the standard library's, not ours
+
+
+def _copy_platform(tmp_path: Path) -> Path:
+    src = default_platform_dir()
+    dst = tmp_path / "platform"
+    (dst / "serve").mkdir(parents=True)
+    for rel in ("models.yaml", "plans.yaml", "serve/local.yaml"):
+        (dst / rel).write_text((src / rel).read_text())
+    return dst
+
+
+def test_plan_with_unserved_default_tier_is_a_clear_error(tmp_path: Path) -> None:
+    pdir = _copy_platform(tmp_path)
+    (pdir / "plans.yaml").write_text(
+        "plans:\n  free:\n    tiers: [turbo]\n    default_tier: turbo\n"
+        "  pro:\n    tiers: [baseline]\n    default_tier: baseline\n"
+    )
+    with pytest.raises(ConfigError, match="default tier 'turbo' is not served"):
+        load_config(platform_dir=pdir, env={})
+
+
+def test_unknown_field_is_rejected_with_its_location(tmp_path: Path) -> None:
+    pdir = _copy_platform(tmp_path)
+    (pdir / "serve" / "local.yaml").write_text("port: 8000\nprot: 1\n")
+    with pytest.raises(ConfigError, match="prot"):
+        load_config(platform_dir=pdir, env={})
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="missing config file"):
+        load_config(platform_dir=tmp_path, env={})
