@@ -59,7 +59,12 @@ def tier_deployment(name: str, cfg: PlatformConfig, model: str, tier: str) -> An
         name=name,
         num_replicas=tc.replicas,
         max_ongoing_requests=tc.max_ongoing_requests,
-        ray_actor_options={"num_cpus": tc.num_cpus, "num_gpus": tc.num_gpus},
+        ray_actor_options={
+            "num_cpus": tc.num_cpus,
+            "num_gpus": tc.num_gpus,
+            # vLLM's start-up chatter goes to the console through Ray; warnings are enough there.
+            "runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING"}},
+        },
         health_check_period_s=10,
         health_check_timeout_s=30,
     )

@@ -125,7 +125,14 @@ class Platform:
         self._say("serve: deploying (the engine loads the model; about a minute on a CPU)")
         with _Progress(APP_NAME, self.log):
             try:
-                serve.run(build_app(self.cfg), name=APP_NAME, route_prefix="/")
+                serve.run(
+                    build_app(self.cfg),
+                    name=APP_NAME,
+                    route_prefix="/",
+                    # Per-request access lines cost gateway CPU and drown the console; Ray still
+                    # writes warnings and errors to its session logs.
+                    logging_config={"enable_access_log": False, "log_level": "WARNING"},
+                )
             except Exception as exc:
                 self.stop()
                 raise ArtifactError(f"the application failed to start: {exc}") from exc
