@@ -117,6 +117,11 @@ class RayConfig(_Strict):
 
     address: str | None = Field(default=None, description="Existing Ray cluster; None = start one")
     num_cpus: int | None = Field(default=None, description="Logical CPUs of a started Ray")
+    throughput_optimized: bool = Field(
+        default=True,
+        description="Start Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (direct ingress, gRPC "
+        "between deployments); measured in docs/benchmarks.md",
+    )
 
 
 class GatewayConfig(_Strict):

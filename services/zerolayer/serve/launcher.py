@@ -89,6 +89,10 @@ class Platform:
 
     def start(self) -> Platform:
         """Import missing models, start everything, create the dev key; return self."""
+        if self.cfg.ray.throughput_optimized and self.cfg.ray.address is None:
+            # Read by Ray Serve at import in every Ray process, which inherit this environment;
+            # set before this module imports ray.
+            os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
         from zerolayer.serve.app import APP_NAME, build_app
 
         for name in self.cfg.models:
