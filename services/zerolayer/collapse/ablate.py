@@ -1,0 +1,156 @@
+"""Ablation: apply a candidate cut to the dense model and measure perplexity and the mean KL
+divergence of next-token distributions against the dense model, on held-out windows.
+
+A cut is an intervention: a context manager that installs forward pre-hooks on the measured
+projections and removes them on exit, so the same loaded model serves dense and cut runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from zerolayer.collapse.model import decoder_layers, projection
+
+__all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold", "apply"]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Quality of one candidate against the dense model."""
+
+    ppl: float
+    dense_ppl: float
+    kl: float
+
+    @property
+    def ppl_delta(self) -> float:
+        """Relative perplexity change (0.03 = +3%)."""
+        return self.ppl / self.dense_ppl - 1.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"ppl": round(self.ppl, 4), "dense_ppl": round(self.dense_ppl, 4),
+                "ppl_delta": round(self.ppl_delta, 5), "kl": round(self.kl, 6)}
+
+
+@contextmanager
+def channel_mask(
+    model: Any,
+    keep: dict[int, torch.Tensor],
+    kind: str = "mlp",
+    compensate: dict[int, torch.Tensor] | None = None,
+) -> Iterator[None]:
+    """Zero the input channels of down_proj (or o_proj) not in keep[layer] (a bool mask).
+
+    compensate[layer], when given, is each channel's mean activation: the removed channels' mean
+    contribution W[:, removed] @ mean[removed] is added back as a bias (as FLAP does)."""
+    handles = []
+    layers = decoder_layers(model)
+    for i, mask in keep.items():
+        proj = projection(layers[i], kind)
+        m = mask.to(proj.weight.dtype)
+
+        def pre(_m: Any, args: tuple[torch.Tensor, ...], m: torch.Tensor = m) -> tuple[torch.Tensor]:
+            return (args[0] * m,)
+
+        handles.append(proj.register_forward_pre_hook(pre))
+        if compensate is not None:
+            removed = (~mask).to(proj.weight.dtype)
+            bias = proj.weight.detach() @ (compensate[i].to(proj.weight.dtype) * removed)
+
+            def post(_m: Any, _a: Any, out: torch.Tensor, bias: torch.Tensor = bias) -> torch.Tensor:
+                return out + bias
+
+            handles.append(proj.register_forward_hook(post))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def activation_threshold(
+    model: Any, thresholds: dict[int, float], kind: str = "mlp"
+) -> Iterator[None]:
+    """Input-dependent masking: per token, zero the entries with |a| under the layer's threshold."""
+    handles = []
+    layers = decoder_layers(model)
+    for i, t in thresholds.items():
+        def pre(_m: Any, args: tuple[torch.Tensor, ...], t: float = t) -> tuple[torch.Tensor]:
+            x = args[0]
+            return (torch.where(x.abs() < t, torch.zeros_like(x), x),)
+
+        handles.append(projection(layers[i], kind).register_forward_pre_hook(pre))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def apply(*cuts: ContextManager[None]) -> Iterator[None]:
+    """Several interventions at once."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        for c in cuts:
+            stack.enter_context(c)
+        yield
+
+
+class Evaluator:
+    """Perplexity and KL against the dense model on fixed windows. The dense log-probabilities are
+    computed once and kept (float16), so each candidate costs one forward per window."""
+
+    def __init__(self, model: Any, windows: list[list[int]], progress: bool = False):
+        if not windows:
+            raise ValueError("no evaluation windows")
+        self.model = model
+        self.inputs = [torch.tensor([w]) for w in windows]
+        self.progress = progress
+        self._dense: list[torch.Tensor] | None = None
+        self._dense_ppl: float | None = None
+
+    @torch.no_grad()
+    def _logprobs(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.model(x, use_cache=False).logits[0, :-1].float(), dim=-1)
+
+    def _nll(self, logp: torch.Tensor, x: torch.Tensor) -> tuple[float, int]:
+        target = x[0, 1:]
+        return float(-logp.gather(1, target.view(-1, 1)).sum()), target.numel()
+
+    def dense(self) -> float:
+        """Dense perplexity (computed on first use)."""
+        if self._dense is None:
+            self._dense, total, count = [], 0.0, 0
+            for x in tqdm(self.inputs, desc="dense reference", disable=not self.progress):
+                logp = self._logprobs(x)
+                nll, n = self._nll(logp, x)
+                total, count = total + nll, count + n
+                self._dense.append(logp.half())
+            self._dense_ppl = math.exp(total / count)
+        return float(self._dense_ppl)
+
+    @torch.no_grad()
+    def evaluate(self, cut: ContextManager[None] | None = None, desc: str = "ablation") -> Evaluation:
+        """Perplexity and mean per-token KL(dense || cut) with the cut applied."""
+        dense_ppl = self.dense()
+        assert self._dense is not None
+        total, count, kl_sum = 0.0, 0, 0.0
+        with cut or nullcontext():
+            for x, ref in tqdm(list(zip(self.inputs, self._dense)), desc=desc, disable=not self.progress):
+                logp = self._logprobs(x)
+                nll, n = self._nll(logp, x)
+                total, count = total + nll, count + n
+                p_ref = ref.float()
+                kl_sum += float((p_ref.exp() * (p_ref - logp)).sum())
+        return Evaluation(math.exp(total / count), dense_ppl, kl_sum / count)

@@ -1,0 +1,112 @@
+"""Calibration and evaluation text.
+
+The default corpora are built on the user's machine from the standard library's own documentation
+(pydoc's plain-text rendering of the modules below), which ships with every Python under the PSF
+licence; nothing is copied into this repository. Modules are split into two disjoint sets, so the
+evaluation text is never seen by calibration. A user can pass their own text files instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CALIBRATION_MODULES",
+    "EVALUATION_MODULES",
+    "Corpus",
+    "pydoc_corpus",
+    "files_corpus",
+    "token_windows",
+]
+
+# Disjoint by construction; chosen for plain prose plus signatures, no side effects on import.
+CALIBRATION_MODULES = (
+    "argparse", "collections", "functools", "itertools", "pathlib", "re", "string", "textwrap",
+    "datetime", "json", "csv", "logging", "typing", "dataclasses", "enum", "heapq", "bisect",
+    "shutil", "tempfile", "subprocess", "threading", "queue", "socket", "email.message",
+    "http.client", "urllib.parse", "zipfile", "tarfile", "gzip", "hashlib", "hmac", "secrets",
+    "random", "statistics", "fractions", "decimal", "math", "operator", "contextlib", "abc",
+)
+EVALUATION_MODULES = (
+    "inspect", "difflib", "configparser", "sqlite3", "unittest.mock", "pprint", "calendar",
+    "copy", "uuid", "base64", "struct", "codecs", "io", "os.path", "glob", "fnmatch", "shlex",
+    "sched", "selectors", "weakref",
+)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Named documents and where they came from."""
+
+    name: str
+    source: str
+    licence: str
+    documents: dict[str, str]
+
+    def text(self) -> str:
+        """All documents, in name order, separated by blank lines."""
+        return "\n\n".join(self.documents[k] for k in sorted(self.documents))
+
+    def describe(self) -> dict[str, Any]:
+        """What a tier card records about the corpus."""
+        digest = hashlib.sha256(self.text().encode()).hexdigest()[:16]
+        return {"name": self.name, "source": self.source, "licence": self.licence,
+                "documents": len(self.documents), "chars": len(self.text()), "sha256_16": digest}
+
+
+def _pydoc_text(module: str) -> str:
+    import importlib
+    import pydoc
+
+    mod = importlib.import_module(module)
+    return pydoc.render_doc(mod, title="%s", renderer=pydoc.plaintext)
+
+
+def pydoc_corpus(split: str, cache_dir: Path | None = None) -> Corpus:
+    """The default corpus: 'calibration' or 'evaluation' (disjoint module sets)."""
+    import sys
+
+    modules = {"calibration": CALIBRATION_MODULES, "evaluation": EVALUATION_MODULES}[split]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cached = cache_dir / f"pydoc-{split}-py{version}.json" if cache_dir else None
+    if cached and cached.exists():
+        docs = json.loads(cached.read_text())
+    else:
+        docs = {m: _pydoc_text(m) for m in modules}
+        if cached:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(docs))
+    return Corpus(
+        name=f"pydoc-{split}",
+        source=f"pydoc plain text of {len(modules)} standard-library modules (Python {version})",
+        licence="PSF License Agreement (Python's documentation strings)",
+        documents=docs,
+    )
+
+
+def files_corpus(paths: Sequence[Path], name: str = "user-files") -> Corpus:
+    """A corpus of the user's own text files ("calibrate on production data")."""
+    docs = {}
+    for p in paths:
+        p = Path(p)
+        docs[str(p)] = p.read_text(encoding="utf-8", errors="replace")
+    if not any(t.strip() for t in docs.values()):
+        raise ValueError("the given files hold no text")
+    return Corpus(name=name, source=f"{len(docs)} user file(s)", licence="the user's", documents=docs)
+
+
+def token_windows(
+    tokenizer: Any, corpus: Corpus, n: int, length: int, seed: int = 0
+) -> list[list[int]]:
+    """n windows of exactly `length` tokens, cut from the corpus text without overlap and chosen
+    with a seeded shuffle; fewer when the corpus is short."""
+    ids = tokenizer.encode(corpus.text(), add_special_tokens=False)
+    starts = list(range(0, len(ids) - length + 1, length))
+    random.Random(seed).shuffle(starts)
+    return [ids[s : s + length] for s in sorted(starts[:n])]

@@ -1,0 +1,30 @@
+"""Access to a Llama-style decoder (SmolLM2 and kin) in transformers: load it, and find the two
+projections whose inputs the compiler measures and cuts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["load_model", "decoder_layers", "projection"]
+
+
+def load_model(model_dir: str | Path) -> Any:
+    """The dense model in float32, eval mode, on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The decoder layers in order."""
+    return list(model.model.layers)
+
+
+def projection(layer: Any, kind: str) -> torch.nn.Linear:
+    """down_proj for 'mlp' (its input is the MLP intermediate), o_proj for 'attn'."""
+    return layer.mlp.down_proj if kind == "mlp" else layer.self_attn.o_proj
