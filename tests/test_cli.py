@@ -65,3 +65,37 @@ def test_models_import_is_a_no_op_once_imported(model_dir: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"smollm2-135m: {model_dir}"
     assert "importing" not in run.stderr
+
+
+def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> None:
+    env = {"ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent)}
+    out = tmp_path / "map"
+    run = zerolayer(
+        "collapse", "calibrate", "--samples", "2", "--seq-len", "64", "--out", str(out), env=env
+    )
+    assert run.returncode == 0, run.stderr
+    assert (out / "silence_map.safetensors").exists() and "calibrating" in run.stderr
+    run = zerolayer("collapse", "map", "--map", str(out), env=env)
+    assert run.returncode == 0, run.stderr
+    assert (out / "silence_map.png").exists() and (out / "silence_map.html").exists()
+    report = tmp_path / "ablate.json"
+    run = zerolayer(
+        "collapse",
+        "ablate",
+        "--map",
+        str(out),
+        "--level",
+        "0.2",
+        "--eval-samples",
+        "2",
+        "--seq-len",
+        "64",
+        "--out",
+        str(report),
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    import json
+
+    result = json.loads(report.read_text())["result"]
+    assert result["ppl_delta"] > 0 and result["kl"] > 0

@@ -1,4 +1,4 @@
-"""The `zerolayer` command: up, models import, keys create."""
+"""The `zerolayer` command: up, models import, keys create, collapse."""
 
 from __future__ import annotations
 
@@ -120,6 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--plan", required=True, help="plan name from platform/plans.yaml")
     create.add_argument("--name", default=None, help="a label for the key")
     create.set_defaults(func=_cmd_keys_create)
+    from zerolayer.collapse.commands import add_parser as add_collapse
+
+    add_collapse(sub, lambda fn: lambda args: fn(args, _config(args)))
     return p
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +36,12 @@ class Evaluation:
         return self.ppl / self.dense_ppl - 1.0
 
     def as_dict(self) -> dict[str, float]:
-        return {"ppl": round(self.ppl, 4), "dense_ppl": round(self.dense_ppl, 4),
-                "ppl_delta": round(self.ppl_delta, 5), "kl": round(self.kl, 6)}
+        return {
+            "ppl": round(self.ppl, 4),
+            "dense_ppl": round(self.dense_ppl, 4),
+            "ppl_delta": round(self.ppl_delta, 5),
+            "kl": round(self.kl, 6),
+        }
 
 
 @contextmanager
@@ -57,7 +61,9 @@ def channel_mask(
         proj = projection(layers[i], kind)
         m = mask.to(proj.weight.dtype)
 
-        def pre(_m: Any, args: tuple[torch.Tensor, ...], m: torch.Tensor = m) -> tuple[torch.Tensor]:
+        def pre(
+            _m: Any, args: tuple[torch.Tensor, ...], m: torch.Tensor = m
+        ) -> tuple[torch.Tensor]:
             return (args[0] * m,)
 
         handles.append(proj.register_forward_pre_hook(pre))
@@ -65,7 +71,9 @@ def channel_mask(
             removed = (~mask).to(proj.weight.dtype)
             bias = proj.weight.detach() @ (compensate[i].to(proj.weight.dtype) * removed)
 
-            def post(_m: Any, _a: Any, out: torch.Tensor, bias: torch.Tensor = bias) -> torch.Tensor:
+            def post(
+                _m: Any, _a: Any, out: torch.Tensor, bias: torch.Tensor = bias
+            ) -> torch.Tensor:
                 return out + bias
 
             handles.append(proj.register_forward_hook(post))
@@ -84,6 +92,7 @@ def activation_threshold(
     handles = []
     layers = decoder_layers(model)
     for i, t in thresholds.items():
+
         def pre(_m: Any, args: tuple[torch.Tensor, ...], t: float = t) -> tuple[torch.Tensor]:
             x = args[0]
             return (torch.where(x.abs() < t, torch.zeros_like(x), x),)
@@ -97,7 +106,7 @@ def activation_threshold(
 
 
 @contextmanager
-def apply(*cuts: ContextManager[None]) -> Iterator[None]:
+def apply(*cuts: AbstractContextManager[None]) -> Iterator[None]:
     """Several interventions at once."""
     from contextlib import ExitStack
 
@@ -141,13 +150,19 @@ class Evaluator:
         return float(self._dense_ppl)
 
     @torch.no_grad()
-    def evaluate(self, cut: ContextManager[None] | None = None, desc: str = "ablation") -> Evaluation:
+    def evaluate(
+        self, cut: AbstractContextManager[None] | None = None, desc: str = "ablation"
+    ) -> Evaluation:
         """Perplexity and mean per-token KL(dense || cut) with the cut applied."""
         dense_ppl = self.dense()
         assert self._dense is not None
         total, count, kl_sum = 0.0, 0, 0.0
         with cut or nullcontext():
-            for x, ref in tqdm(list(zip(self.inputs, self._dense)), desc=desc, disable=not self.progress):
+            for x, ref in tqdm(
+                list(zip(self.inputs, self._dense, strict=True)),
+                desc=desc,
+                disable=not self.progress,
+            ):
                 logp = self._logprobs(x)
                 nll, n = self._nll(logp, x)
                 total, count = total + nll, count + n

@@ -53,6 +53,7 @@ def capture_inputs(model: Any, fn: Callable[[int, str, torch.Tensor], None]) -> 
     handles = []
     for i, layer in enumerate(decoder_layers(model)):
         for kind in KINDS:
+
             def hook(_m: Any, args: tuple[torch.Tensor, ...], i: int = i, kind: str = kind) -> None:
                 fn(i, kind, args[0].detach())
 
@@ -85,7 +86,9 @@ def calibrate(
         accs[(i, kind)].add(x, current["sample"])
 
     with capture_inputs(model, record):
-        for s, ids in enumerate(tqdm(windows, desc="calibrating", unit="sample", disable=not progress)):
+        for s, ids in enumerate(
+            tqdm(windows, desc="calibrating", unit="sample", disable=not progress)
+        ):
             current["sample"] = s
             model(torch.tensor([ids]), use_cache=False)
 
@@ -102,6 +105,10 @@ def calibrate(
             hist=torch.stack([a.hist.view(a.channels, -1) for a in group]).int(),
             sample_mean_abs=torch.stack([a.sample_mean_abs for a in group]).half(),
         )
-    info = {"samples": len(windows), "seq_len": len(windows[0]) if windows else 0,
-            "quantile": quantile, **(meta or {})}
+    info = {
+        "samples": len(windows),
+        "seq_len": len(windows[0]) if windows else 0,
+        "quantile": quantile,
+        **(meta or {}),
+    }
     return SilenceMap(stats, info)

@@ -27,16 +27,68 @@ __all__ = [
 
 # Disjoint by construction; chosen for plain prose plus signatures, no side effects on import.
 CALIBRATION_MODULES = (
-    "argparse", "collections", "functools", "itertools", "pathlib", "re", "string", "textwrap",
-    "datetime", "json", "csv", "logging", "typing", "dataclasses", "enum", "heapq", "bisect",
-    "shutil", "tempfile", "subprocess", "threading", "queue", "socket", "email.message",
-    "http.client", "urllib.parse", "zipfile", "tarfile", "gzip", "hashlib", "hmac", "secrets",
-    "random", "statistics", "fractions", "decimal", "math", "operator", "contextlib", "abc",
+    "argparse",
+    "collections",
+    "functools",
+    "itertools",
+    "pathlib",
+    "re",
+    "string",
+    "textwrap",
+    "datetime",
+    "json",
+    "csv",
+    "logging",
+    "typing",
+    "dataclasses",
+    "enum",
+    "heapq",
+    "bisect",
+    "shutil",
+    "tempfile",
+    "subprocess",
+    "threading",
+    "queue",
+    "socket",
+    "email.message",
+    "http.client",
+    "urllib.parse",
+    "zipfile",
+    "tarfile",
+    "gzip",
+    "hashlib",
+    "hmac",
+    "secrets",
+    "random",
+    "statistics",
+    "fractions",
+    "decimal",
+    "math",
+    "operator",
+    "contextlib",
+    "abc",
 )
 EVALUATION_MODULES = (
-    "inspect", "difflib", "configparser", "sqlite3", "unittest.mock", "pprint", "calendar",
-    "copy", "uuid", "base64", "struct", "codecs", "io", "os.path", "glob", "fnmatch", "shlex",
-    "sched", "selectors", "weakref",
+    "inspect",
+    "difflib",
+    "configparser",
+    "sqlite3",
+    "unittest.mock",
+    "pprint",
+    "calendar",
+    "copy",
+    "uuid",
+    "base64",
+    "struct",
+    "codecs",
+    "io",
+    "os.path",
+    "glob",
+    "fnmatch",
+    "shlex",
+    "sched",
+    "selectors",
+    "weakref",
 )
 
 
@@ -56,8 +108,14 @@ class Corpus:
     def describe(self) -> dict[str, Any]:
         """What a tier card records about the corpus."""
         digest = hashlib.sha256(self.text().encode()).hexdigest()[:16]
-        return {"name": self.name, "source": self.source, "licence": self.licence,
-                "documents": len(self.documents), "chars": len(self.text()), "sha256_16": digest}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "licence": self.licence,
+            "documents": len(self.documents),
+            "chars": len(self.text()),
+            "sha256_16": digest,
+        }
 
 
 def _pydoc_text(module: str) -> str:
@@ -98,7 +156,9 @@ def files_corpus(paths: Sequence[Path], name: str = "user-files") -> Corpus:
         docs[str(p)] = p.read_text(encoding="utf-8", errors="replace")
     if not any(t.strip() for t in docs.values()):
         raise ValueError("the given files hold no text")
-    return Corpus(name=name, source=f"{len(docs)} user file(s)", licence="the user's", documents=docs)
+    return Corpus(
+        name=name, source=f"{len(docs)} user file(s)", licence="the user's", documents=docs
+    )
 
 
 def token_windows(

@@ -18,12 +18,18 @@ def channel_scores(smap: SilenceMap, model: Any, kind: str = "mlp") -> torch.Ten
     sqrt(E[a^2]) * ||W[:, c]||. Weight norm alone ignores how the channel is driven and wrecks the
     model; activation alone ignores how much the channel is amplified."""
     st = smap.stats[kind]
-    norms = torch.stack([projection(layer, kind).weight.detach().float().norm(dim=0)
-                         for layer in decoder_layers(model)])
+    norms = torch.stack(
+        [
+            projection(layer, kind).weight.detach().float().norm(dim=0)
+            for layer in decoder_layers(model)
+        ]
+    )
     return st.rms * norms
 
 
-def protected(smap: SilenceMap, kind: str = "mlp", top_share: float = 0.005, factor: float = 20.0) -> torch.Tensor:
+def protected(
+    smap: SilenceMap, kind: str = "mlp", top_share: float = 0.005, factor: float = 20.0
+) -> torch.Tensor:
     """[L, C] bool: channels never cut, those with outlier max |a| ("super weights"): the top
     top_share of each layer by max |a|, and any whose max |a| is over factor x the layer median."""
     mx = smap.stats[kind].max_abs
@@ -55,7 +61,9 @@ def keep_masks(
     return masks
 
 
-def dynamic_thresholds(smap: SilenceMap, sparsity: dict[int, float], kind: str = "mlp") -> dict[int, float]:
+def dynamic_thresholds(
+    smap: SilenceMap, sparsity: dict[int, float], kind: str = "mlp"
+) -> dict[int, float]:
     """Per layer, the |a| threshold under which that share of the layer's activations falls."""
     st = smap.stats[kind]
     return {layer: float(st.thresholds(q)[layer]) for layer, q in sparsity.items()}

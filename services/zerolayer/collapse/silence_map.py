@@ -68,7 +68,9 @@ class SilenceMap:
     def layers(self) -> int:
         return self.stats["mlp"].mean_abs.shape[0]
 
-    def summary(self, quantile: float | None = None, silent_share: float = 0.9, top: int = 20) -> dict[str, Any]:
+    def summary(
+        self, quantile: float | None = None, silent_share: float = 0.9, top: int = 20
+    ) -> dict[str, Any]:
         """Per-layer silence ratio (share of channels silent on at least silent_share of tokens)
         and the top silent channels, for each kind."""
         q = self.meta.get("quantile", 0.1) if quantile is None else quantile
@@ -83,8 +85,11 @@ class SilenceMap:
                 "thresholds": [round(float(t), 8) for t in st.thresholds(q)],
                 "silence_ratio": [round(float(r), 5) for r in ratio],
                 "top_silent": [
-                    {"layer": int(i // channels), "channel": int(i % channels),
-                     "silent_fraction": round(float(flat[i]), 5)}
+                    {
+                        "layer": int(i // channels),
+                        "channel": int(i % channels),
+                        "silent_fraction": round(float(flat[i]), 5),
+                    }
                     for i in order
                 ],
             }
@@ -96,10 +101,16 @@ class SilenceMap:
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {f"{kind}.{name}": getattr(st, name).contiguous()
-                   for kind, st in self.stats.items() for name in _TENSORS}
-        save_file(tensors, str(folder / "silence_map.safetensors"),
-                  metadata={"meta": json.dumps(self.meta)})
+        tensors = {
+            f"{kind}.{name}": getattr(st, name).contiguous()
+            for kind, st in self.stats.items()
+            for name in _TENSORS
+        }
+        save_file(
+            tensors,
+            str(folder / "silence_map.safetensors"),
+            metadata={"meta": json.dumps(self.meta)},
+        )
         (folder / "silence_map.json").write_text(json.dumps(self.summary(), indent=1) + "\n")
         return folder
 
@@ -112,6 +123,9 @@ class SilenceMap:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads((f.metadata() or {}).get("meta", "{}"))
             raw = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iter)
-        stats = {kind: KindStats(**{n: raw[f"{kind}.{n}"] for n in _TENSORS})
-                 for kind in KINDS if f"{kind}.mean_abs" in raw}
+        stats = {
+            kind: KindStats(**{n: raw[f"{kind}.{n}"] for n in _TENSORS})
+            for kind in KINDS
+            if f"{kind}.mean_abs" in raw
+        }
         return cls(stats, meta)

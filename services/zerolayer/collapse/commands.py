@@ -1,0 +1,183 @@
+"""`zerolayer collapse ...`: calibrate, map, ablate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from zerolayer.config import PlatformConfig
+
+__all__ = ["add_parser", "artifacts_dir", "layer_sensitivity"]
+
+
+def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
+    """Where a model's collapse artifacts live: <cache>/artifacts/<model>."""
+    return Path(cfg.cache_dir) / "artifacts" / model
+
+
+def _corpus(args: argparse.Namespace, split: str, cfg: PlatformConfig) -> Any:
+    from zerolayer.collapse.corpus import files_corpus, pydoc_corpus
+
+    files = args.corpus if split == "calibration" else args.eval_corpus
+    if files:
+        return files_corpus([Path(f) for f in files], name=f"user-{split}")
+    return pydoc_corpus(split, cache_dir=Path(cfg.cache_dir) / "corpora")
+
+
+def _load(cfg: PlatformConfig, model: str) -> tuple[Any, Any, Path]:
+    from transformers import AutoTokenizer
+
+    from zerolayer.collapse.model import load_model
+    from zerolayer.models.importer import ensure_model
+
+    model_dir = ensure_model(cfg, model)
+    return load_model(model_dir), AutoTokenizer.from_pretrained(str(model_dir)), model_dir
+
+
+def _cmd_calibrate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.calibrate import calibrate
+    from zerolayer.collapse.corpus import token_windows
+
+    model, tok, _ = _load(cfg, args.model)
+    corpus = _corpus(args, "calibration", cfg)
+    windows = token_windows(tok, corpus, args.samples, args.seq_len, seed=args.seed)
+    if len(windows) < args.samples:
+        print(f"note: the corpus holds only {len(windows)} windows of {args.seq_len} tokens")
+    meta = {"model": args.model, "corpus": corpus.describe(), "seed": args.seed}
+    smap = calibrate(model, windows, quantile=args.quantile, meta=meta)
+    out = smap.save(Path(args.out or artifacts_dir(cfg, args.model) / "silence_map"))
+    print(f"silence map: {out}")
+    return 0
+
+
+def _cmd_map(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.draw import draw_html, draw_png
+    from zerolayer.collapse.silence_map import SilenceMap
+
+    folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
+    smap = SilenceMap.load(folder)
+    out = Path(args.out or folder)
+    png = draw_png(smap, out / "silence_map.png", args.quantile)
+    html = draw_html(smap, out / "silence_map.html", args.quantile)
+    print(f"{png}\n{html}")
+    return 0
+
+
+def layer_sensitivity(
+    evaluator: Any, model: Any, scores: Any, protect: Any, level: float
+) -> list[dict[str, Any]]:
+    """Cut `level` of one layer's MLP channels at a time; the perplexity change of each."""
+    from tqdm.auto import tqdm
+
+    from zerolayer.collapse.ablate import channel_mask
+    from zerolayer.collapse.select import keep_masks
+
+    rows = []
+    for layer in tqdm(range(scores.shape[0]), desc="per-layer sensitivity"):
+        masks = keep_masks(scores, {layer: level}, protect)
+        ev = evaluator.evaluate(channel_mask(model, masks), desc=f"layer {layer}")
+        rows.append({"layer": layer, "level": level, **ev.as_dict()})
+    return rows
+
+
+def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.ablate import Evaluator, activation_threshold, channel_mask
+    from zerolayer.collapse.corpus import token_windows
+    from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_masks, protected
+    from zerolayer.collapse.silence_map import SilenceMap
+
+    folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
+    smap = SilenceMap.load(folder)
+    model, tok, _ = _load(cfg, args.model)
+    windows = token_windows(
+        tok, _corpus(args, "evaluation", cfg), args.eval_samples, args.seq_len, seed=args.seed
+    )
+    evaluator = Evaluator(model, windows, progress=True)
+    layers = range(smap.layers)
+    report: dict[str, Any] = {
+        "map": str(folder),
+        "method": args.method,
+        "level": args.level,
+        "eval_windows": len(windows),
+    }
+    if args.method == "dynamic":
+        cut = activation_threshold(model, dynamic_thresholds(smap, {i: args.level for i in layers}))
+    else:
+        scores = channel_scores(smap, model)
+        protect = protected(smap)
+        masks = keep_masks(scores, {i: args.level for i in layers}, protect)
+        comp = {i: smap.stats["mlp"].mean[i] for i in layers} if args.compensate else None
+        cut = channel_mask(model, masks, compensate=comp)
+        if args.sensitivity:
+            report["sensitivity"] = layer_sensitivity(evaluator, model, scores, protect, args.level)
+    report["result"] = evaluator.evaluate(cut).as_dict()
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def add_parser(sub: Any, with_config: Any) -> None:
+    """Register `collapse` and its subcommands; with_config(fn) passes the config to fn."""
+    col = sub.add_parser("collapse", help="the collapse compiler").add_subparsers(
+        dest="sub", required=True
+    )
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--model", default="smollm2-135m", help="model name from platform/models.yaml"
+        )
+        p.add_argument("--seq-len", type=int, default=256, help="tokens per sample")
+        p.add_argument("--seed", type=int, default=0, help="seed of the window choice")
+
+    cal = col.add_parser("calibrate", help="measure activations into a silence map")
+    common(cal)
+    cal.add_argument("--samples", type=int, default=100, help="calibration samples")
+    cal.add_argument(
+        "--quantile", type=float, default=0.1, help="per-layer threshold quantile of |a|"
+    )
+    cal.add_argument(
+        "--corpus", nargs="*", default=None, help="your own text files instead of the default"
+    )
+    cal.add_argument(
+        "--out", default=None, help="output folder (default <cache>/artifacts/MODEL/silence_map)"
+    )
+    cal.set_defaults(func=with_config(_cmd_calibrate))
+
+    mp = col.add_parser("map", help="draw a silence map: PNG heatmap and interactive HTML")
+    mp.add_argument("--model", default="smollm2-135m")
+    mp.add_argument("--map", default=None, help="silence map folder")
+    mp.add_argument(
+        "--quantile", type=float, default=None, help="threshold quantile (default: the map's)"
+    )
+    mp.add_argument("--out", default=None, help="output folder (default: the map's)")
+    mp.set_defaults(func=with_config(_cmd_map))
+
+    ab = col.add_parser("ablate", help="measure perplexity and KL of a cut against the dense model")
+    common(ab)
+    ab.add_argument("--map", default=None, help="silence map folder")
+    ab.add_argument(
+        "--method",
+        choices=["static", "dynamic"],
+        default="static",
+        help="static: remove the lowest-scoring MLP channels; dynamic: per-token thresholds",
+    )
+    ab.add_argument(
+        "--level",
+        type=float,
+        default=0.1,
+        help="share of channels (static) or activations (dynamic)",
+    )
+    ab.add_argument(
+        "--compensate", action="store_true", help="add removed channels' mean back as a bias"
+    )
+    ab.add_argument(
+        "--sensitivity", action="store_true", help="also cut one layer at a time (static)"
+    )
+    ab.add_argument("--eval-samples", type=int, default=32, help="evaluation windows")
+    ab.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text files")
+    ab.add_argument("--out", default=None, help="also write the JSON report here")
+    ab.set_defaults(func=with_config(_cmd_ablate), corpus=None)
