@@ -69,3 +69,11 @@ def test_corpora_are_disjoint_and_user_files_work(tokenizer: Any, tmp_path: Path
     windows = token_windows(tokenizer, corpus, 5, 64, seed=3)
     assert len(windows) == 5 and all(len(w) == 64 for w in windows)
     assert windows == token_windows(tokenizer, corpus, 5, 64, seed=3)
+
+
+def test_default_corpus_text_is_the_same_every_time() -> None:
+    from zerolayer.collapse.corpus import _pydoc_text
+
+    # logging's docs print handler objects with their addresses; those must not leak in
+    assert _pydoc_text("logging") == _pydoc_text("logging")
+    assert " at 0x" not in _pydoc_text("logging")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,12 +119,17 @@ class Corpus:
         }
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _pydoc_text(module: str) -> str:
+    """pydoc's plain text of a module, without the memory addresses it prints for some default
+    values (they change every run and would make the corpus differ between runs)."""
     import importlib
     import pydoc
 
     mod = importlib.import_module(module)
-    return pydoc.render_doc(mod, title="%s", renderer=pydoc.plaintext)
+    return _ADDRESS.sub("", pydoc.render_doc(mod, title="%s", renderer=pydoc.plaintext))
 
 
 def pydoc_corpus(split: str, cache_dir: Path | None = None) -> Corpus:
