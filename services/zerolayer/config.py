@@ -16,6 +16,7 @@ from zerolayer.errors import ConfigError
 __all__ = [
     "ModelSource",
     "TierConfig",
+    "CollapseConfig",
     "ModelConfig",
     "PlanConfig",
     "RedisConfig",
@@ -73,6 +74,24 @@ class TierConfig(_Strict):
     )
 
 
+class CollapseConfig(_Strict):
+    """How the collapse compiler builds a model's tiers, and each tier's quality budget."""
+
+    samples: int = Field(default=100, ge=1, description="Calibration samples")
+    seq_len: int = Field(default=256, ge=8, description="Tokens per sample")
+    validation_samples: int = Field(
+        default=8, ge=1, description="Calibration-side samples that steer the allocation"
+    )
+    eval_samples: int = Field(default=32, ge=1, description="Held-out evaluation samples")
+    seed: int = Field(default=0, description="Seed of the sample choice")
+    quantile: float = Field(default=0.1, gt=0, lt=1, description="Silence threshold quantile")
+    dense_layers: int = Field(default=2, ge=0, description="Last layers never cut (static cuts)")
+    budgets: dict[str, float] = Field(
+        default_factory=lambda: {"masked": 0.03, "dynamic": 0.03, "sparse24": 0.10},
+        description="Largest relative perplexity increase over dense, per tier",
+    )
+
+
 class ModelConfig(_Strict):
     """One servable model and its tiers."""
 
@@ -80,6 +99,9 @@ class ModelConfig(_Strict):
     source: ModelSource = Field(description="Where the model comes from")
     max_model_len: int = Field(default=2048, ge=16, description="Context length served")
     tiers: dict[str, TierConfig] = Field(description="Tier name -> how it is served")
+    collapse: CollapseConfig = Field(
+        default_factory=CollapseConfig, description="Collapse compiler settings and budgets"
+    )
 
     @model_validator(mode="after")
     def _has_tiers(self) -> ModelConfig:

@@ -120,6 +120,62 @@ def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     return 0
 
 
+def build_settings(cfg: PlatformConfig, model: str, **overrides: Any) -> Any:
+    """BuildSettings from the model's collapse config, with CLI overrides."""
+    from zerolayer.collapse.build import BuildSettings
+
+    c = cfg.models[model].collapse
+    values = {
+        "samples": c.samples,
+        "seq_len": c.seq_len,
+        "validation_samples": c.validation_samples,
+        "eval_samples": c.eval_samples,
+        "seed": c.seed,
+        "quantile": c.quantile,
+        "dense_layers": c.dense_layers,
+        "budgets": tuple(sorted(c.budgets.items())),
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return BuildSettings(**values)
+
+
+def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.build import TIERS, Builder
+    from zerolayer.models.importer import ensure_model
+
+    tiers = [t for t in args.tiers.split(",") if t]
+    unknown = set(tiers) - set(TIERS)
+    if unknown:
+        raise SystemExit(f"unknown tiers {sorted(unknown)}; known: {', '.join(TIERS)}")
+    settings = build_settings(
+        cfg, args.model, samples=args.samples, eval_samples=args.eval_samples, seq_len=args.seq_len
+    )
+    out = Path(args.out or artifacts_dir(cfg, args.model))
+    builder = Builder(
+        ensure_model(cfg, args.model),
+        out,
+        _corpus(args, "calibration", cfg),
+        _corpus(args, "evaluation", cfg),
+        settings,
+        args.model,
+    )
+    cards: dict[str, Any] = {}
+    if "masked" in tiers or "pruned" in tiers:
+        cards["masked"] = builder.masked()
+    if "pruned" in tiers:
+        cards["pruned"] = builder.pruned(cards["masked"])
+    if "dynamic" in tiers:
+        cards["dynamic"] = builder.dynamic()
+    if "sparse24" in tiers:
+        cards["sparse24"] = builder.sparse24()
+    for tier, card in cards.items():
+        print(
+            f"{tier:9s} ppl {card['quality']['ppl_delta']:+.2%}  kl {card['quality']['kl']:.4f}  "
+            f"{out / tier}"
+        )
+    return 0
+
+
 def add_parser(sub: Any, with_config: Any) -> None:
     """Register `collapse` and its subcommands; with_config(fn) passes the config to fn."""
     col = sub.add_parser("collapse", help="the collapse compiler").add_subparsers(
@@ -181,3 +237,14 @@ def add_parser(sub: Any, with_config: Any) -> None:
     ab.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text files")
     ab.add_argument("--out", default=None, help="also write the JSON report here")
     ab.set_defaults(func=with_config(_cmd_ablate), corpus=None)
+
+    bd = col.add_parser("build", help="build tier artifacts within their budgets, with tier cards")
+    bd.add_argument("--model", default="smollm2-135m")
+    bd.add_argument("--tiers", default="masked,pruned,dynamic,sparse24", help="comma-separated")
+    bd.add_argument("--samples", type=int, default=None, help="calibration samples (models.yaml)")
+    bd.add_argument("--eval-samples", type=int, default=None, help="evaluation samples")
+    bd.add_argument("--seq-len", type=int, default=None, help="tokens per sample")
+    bd.add_argument("--corpus", nargs="*", default=None, help="your own calibration text files")
+    bd.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text files")
+    bd.add_argument("--out", default=None, help="output folder (default <cache>/artifacts/MODEL)")
+    bd.set_defaults(func=with_config(_cmd_build))

@@ -1,0 +1,153 @@
+"""Tier artifacts of a static MLP cut.
+
+masked: the dense checkpoint stays where it is; the artifact holds, per layer, the keep-mask of
+  MLP channels and the repaired down_proj columns of the kept channels (masks.safetensors). Loading
+  applies them to the dense weights, so another level needs no new checkpoint.
+pruned: the same cut applied physically: gate_proj/up_proj rows and down_proj columns of removed
+  channels are gone, each layer has its own MLP width (config.json "zerolayer.intermediate_sizes").
+Both reproduce the same function; the pruned one loads without the dense checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zerolayer.collapse.model import decoder_layers, load_model
+
+__all__ = [
+    "TOKENIZER_FILES",
+    "save_masked",
+    "apply_masked",
+    "load_masked",
+    "save_pruned",
+    "load_pruned",
+    "narrow_mlp",
+]
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+def save_masked(
+    folder: Path, keep: dict[int, torch.Tensor], down: dict[int, torch.Tensor], meta: dict[str, Any]
+) -> Path:
+    """Write masks.safetensors: per cut layer its keep-mask and repaired kept down_proj columns."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for i, mask in keep.items():
+        tensors[f"layers.{i}.keep"] = mask.to(torch.uint8).contiguous()
+        tensors[f"layers.{i}.down_proj_kept"] = down[i][:, mask].contiguous()
+    save_file(tensors, str(folder / "masks.safetensors"), metadata={"meta": json.dumps(meta)})
+    return folder
+
+
+def _read_masks(folder: Path) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    from safetensors import safe_open
+
+    keep, down = {}, {}
+    with safe_open(str(Path(folder) / "masks.safetensors"), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+            layer = int(name.split(".")[1])
+            if name.endswith(".keep"):
+                keep[layer] = f.get_tensor(name).bool()
+            else:
+                down[layer] = f.get_tensor(name)
+    return keep, down
+
+
+@torch.no_grad()
+def apply_masked(model: Any, folder: Path) -> Any:
+    """Apply a masked artifact to a loaded dense model in place (removed channels contribute 0)."""
+    keep, down = _read_masks(folder)
+    layers = decoder_layers(model)
+    for i, mask in keep.items():
+        w = layers[i].mlp.down_proj.weight
+        w.zero_()
+        w[:, mask] = down[i].to(w.dtype)
+    return model
+
+
+def load_masked(dense_dir: Path, folder: Path) -> Any:
+    """The dense checkpoint with a masked artifact applied."""
+    return apply_masked(load_model(dense_dir), folder)
+
+
+def narrow_mlp(mlp: Any, width: int) -> None:
+    """Replace an MLP's projections with ones of the given intermediate width (weights unset)."""
+    hidden = mlp.gate_proj.in_features
+    mlp.gate_proj = torch.nn.Linear(hidden, width, bias=False)
+    mlp.up_proj = torch.nn.Linear(hidden, width, bias=False)
+    mlp.down_proj = torch.nn.Linear(width, hidden, bias=False)
+
+
+@torch.no_grad()
+def save_pruned(folder: Path, dense_dir: Path, masked_folder: Path) -> Path:
+    """Write a checkpoint with the masked artifact's channels physically removed."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model = load_model(dense_dir)
+    keep, down = _read_masks(masked_folder)
+    layers = decoder_layers(model)
+    widths = []
+    for i, layer in enumerate(layers):
+        mlp = layer.mlp
+        mask = keep.get(i)
+        if mask is None:
+            widths.append(mlp.gate_proj.out_features)
+            continue
+        gate, up = mlp.gate_proj.weight[mask].clone(), mlp.up_proj.weight[mask].clone()
+        narrow_mlp(mlp, int(mask.sum()))
+        mlp.gate_proj.weight.copy_(gate)
+        mlp.up_proj.weight.copy_(up)
+        mlp.down_proj.weight.copy_(down[i])
+        widths.append(int(mask.sum()))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((Path(dense_dir) / "config.json").read_text())
+    cfg["zerolayer"] = {"tier": "pruned", "intermediate_sizes": widths}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    for name in TOKENIZER_FILES:
+        if (Path(dense_dir) / name).exists():
+            shutil.copy(Path(dense_dir) / name, folder / name)
+    return folder
+
+
+@torch.no_grad()
+def load_pruned(folder: Path) -> Any:
+    """Load a pruned checkpoint: a Llama model whose layers have their own MLP widths."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = Path(folder)
+    widths = json.loads((folder / "config.json").read_text())["zerolayer"]["intermediate_sizes"]
+    config = AutoConfig.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    for layer, width in zip(decoder_layers(model), widths, strict=True):
+        if width != layer.mlp.gate_proj.out_features:
+            narrow_mlp(layer.mlp, width)
+    state = load_file(str(folder / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    allowed = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if set(missing) - allowed or unexpected:
+        raise ValueError(f"pruned checkpoint mismatch: missing {missing}, unexpected {unexpected}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    model.eval()
+    return model

@@ -1,0 +1,401 @@
+"""Build every tier artifact of a model within its quality budgets, each with a tier card.
+
+Layout under <cache>/artifacts/<model>/:
+  silence_map/   silence_map.safetensors, .json, .png, .html
+  masked/        masks.safetensors + tier_card.json (static MLP channel cut, repaired down_proj)
+  pruned/        a checkpoint with per-layer MLP widths + tier_card.json
+  dynamic/       thresholds.json + tier_card.json (per-token activation thresholds per layer)
+  sparse24/      sparse24.safetensors (2:4 values + indices) + tier_card.json
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from zerolayer.collapse.ablate import Evaluator, activation_threshold
+from zerolayer.collapse.allocate import Sensitivity, choose, layer_sensitivity, static_cut
+from zerolayer.collapse.artifacts import apply_masked, save_masked, save_pruned
+from zerolayer.collapse.calibrate import calibrate, capture_inputs
+from zerolayer.collapse.corpus import Corpus, token_windows
+from zerolayer.collapse.draw import draw_html, draw_png
+from zerolayer.collapse.model import decoder_layers, load_model, projection
+from zerolayer.collapse.reconstruct import gram_matrices, obs_keep, repaired_weight
+from zerolayer.collapse.select import dynamic_thresholds, protected
+from zerolayer.collapse.silence_map import SilenceMap
+from zerolayer.collapse.sparse24 import ATTN_PROJ, MLP_PROJ, input_norms, mask_24, sparsified
+
+__all__ = ["BuildSettings", "Builder", "TIERS"]
+
+TIERS = ("masked", "pruned", "dynamic", "sparse24")
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How much data and which budgets a build uses."""
+
+    samples: int = 100
+    seq_len: int = 256
+    validation_samples: int = 8
+    eval_samples: int = 32
+    seed: int = 0
+    quantile: float = 0.1
+    dense_layers: int = 2
+    budgets: tuple[tuple[str, float], ...] = (
+        ("masked", 0.03),
+        ("dynamic", 0.03),
+        ("sparse24", 0.10),
+    )
+    search_tries: int = 6
+
+    def budget(self, tier: str) -> float:
+        return dict(self.budgets)[tier]
+
+
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+class Builder:
+    """Holds the loaded model, windows and evaluators shared by all tiers of one build."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        out: Path,
+        calib: Corpus,
+        evaluation: Corpus,
+        settings: BuildSettings,
+        model_name: str,
+    ):
+        from transformers import AutoTokenizer
+
+        self.model_dir, self.out, self.s, self.name = (
+            Path(model_dir),
+            Path(out),
+            settings,
+            model_name,
+        )
+        self.model = load_model(model_dir)
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        s = settings
+        windows = token_windows(tok, calib, s.samples + s.validation_samples, s.seq_len, s.seed)
+        self.calib_windows = windows[: s.samples]
+        self.val_windows = windows[s.samples :] or windows[-1:]
+        self.eval_windows = token_windows(tok, evaluation, s.eval_samples, s.seq_len, s.seed + 1)
+        self.calib, self.evaluation = calib, evaluation
+        self.validator = Evaluator(self.model, self.val_windows)
+        self.evaluator = Evaluator(self.model, self.eval_windows, progress=True)
+        self.layers = len(decoder_layers(self.model))
+        self.cut_layers = list(range(self.layers - settings.dense_layers))
+        self._map: SilenceMap | None = None
+        self._grams: list[torch.Tensor] | None = None
+
+    # shared measurements --------------------------------------------------------------------
+    def silence_map(self) -> SilenceMap:
+        if self._map is None:
+            meta = {"model": self.name, "corpus": self.calib.describe(), "seed": self.s.seed}
+            self._map = calibrate(
+                self.model, self.calib_windows, quantile=self.s.quantile, meta=meta
+            )
+            folder = self._map.save(self.out / "silence_map")
+            draw_png(self._map, folder / "silence_map.png")
+            draw_html(self._map, folder / "silence_map.html")
+        return self._map
+
+    def grams(self) -> list[torch.Tensor]:
+        if self._grams is None:
+            self._grams = gram_matrices(self.model, self.calib_windows)
+        return self._grams
+
+    def _card(
+        self, tier: str, method: str, quality: dict[str, float], extra: dict[str, Any], folder: Path
+    ) -> dict[str, Any]:
+        card = {
+            "tier": tier,
+            "model": self.name,
+            "method": method,
+            **extra,
+            "quality": quality,
+            "budget_ppl_delta": self.s.budget(
+                "sparse24" if tier == "sparse24" else "dynamic" if tier == "dynamic" else "masked"
+            ),
+            "eval": {
+                "corpus": self.evaluation.describe(),
+                "windows": len(self.eval_windows),
+                "seq_len": self.s.seq_len,
+            },
+            "calibration": {
+                "corpus": self.calib.describe(),
+                "samples": len(self.calib_windows),
+                "seq_len": self.s.seq_len,
+                "seed": self.s.seed,
+            },
+        }
+        card["bytes_on_disk"] = _bytes(folder)
+        (folder / "tier_card.json").write_text(json.dumps(card, indent=1) + "\n")
+        return card
+
+    def _fit(self, sens: Sensitivity, cut: Any, removed: Any, tier: str) -> tuple[Any, dict]:
+        """Allocate on the validation windows, then keep the cut only if the evaluation corpus
+        confirms the budget; otherwise tighten the validation budget and allocate again."""
+        budget = self.s.budget(tier)
+        target = budget
+        for _ in range(4):
+            choice = choose(sens, self.validator, target, cut, removed, self.s.search_tries)
+            quality = self.evaluator.evaluate(cut(choice.shares), desc=f"{tier} on eval").as_dict()
+            if quality["ppl_delta"] <= budget:
+                return choice, quality
+            target *= 0.6
+        choice = choose(sens, self.validator, 0.0, cut, removed, 1)
+        return choice, self.evaluator.evaluate(cut(choice.shares)).as_dict()
+
+    # tiers ------------------------------------------------------------------------------------
+    def masked(self) -> dict[str, Any]:
+        """Static MLP channel cut: per-layer sensitivity, greedy allocation, repair."""
+        smap, grams = self.silence_map(), self.grams()
+        protect = protected(smap)
+        cut = static_cut(self.model, grams, protect)
+        sens = layer_sensitivity(self.validator, lambda i, lv: cut({i: lv}), self.cut_layers)
+        total = sum(projection(layer, "mlp").in_features for layer in decoder_layers(self.model))
+
+        def removed(shares: dict[int, float]) -> float:
+            return (
+                sum(
+                    round(s * projection(decoder_layers(self.model)[i], "mlp").in_features)
+                    for i, s in shares.items()
+                )
+                / total
+            )
+
+        choice, quality = self._fit(sens, cut, removed, "masked")
+        keep, down = {}, {}
+        for i, share in choice.shares.items():
+            if share <= 0:
+                continue
+            w = projection(decoder_layers(self.model)[i], "mlp").weight.detach()
+            keep[i] = obs_keep(w, grams[i], share, protect[i])
+            down[i] = repaired_weight(w, grams[i], keep[i])
+        folder = self.out / "masked"
+        save_masked(folder, keep, down, {"model": self.name, "dense_dir": str(self.model_dir)})
+        widths = [
+            int(keep[i].sum()) if i in keep else projection(layer, "mlp").in_features
+            for i, layer in enumerate(decoder_layers(self.model))
+        ]
+        # gate, up and down all shrink with the intermediate width: MLP FLOPs and parameters
+        # fall by the same share as the channels.
+        share = 1 - sum(widths) / total
+        extra = {
+            "level": {
+                "mlp_channels_removed": round(share, 5),
+                "per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()},
+            },
+            "intermediate_sizes": widths,
+            "mlp_params_removed": round(share, 5),
+            "mlp_flops_removed": round(share, 5),
+            "validation_ppl_delta": round(choice.val_delta, 5),
+            "sensitivity": _sens_json(sens),
+            "dense_layers": self.s.dense_layers,
+        }
+        return self._card(
+            "masked",
+            "static MLP channel cut, OBS ranking, least-squares repair, non-uniform allocation",
+            quality,
+            extra,
+            folder,
+        )
+
+    def pruned(self, masked_card: dict[str, Any]) -> dict[str, Any]:
+        """The masked cut with channels physically removed."""
+        folder = save_pruned(self.out / "pruned", self.model_dir, self.out / "masked")
+        extra = {
+            k: masked_card[k]
+            for k in ("level", "intermediate_sizes", "mlp_params_removed", "mlp_flops_removed")
+        }
+        return self._card(
+            "pruned", "masked cut applied physically", masked_card["quality"], extra, folder
+        )
+
+    def dynamic(self) -> dict[str, Any]:
+        """Per-token thresholds on the MLP intermediate, allocated per layer."""
+        smap = self.silence_map()
+
+        def cut(shares: dict[int, float]) -> Any:
+            return activation_threshold(
+                self.model, dynamic_thresholds(smap, {i: s for i, s in shares.items() if s > 0})
+            )
+
+        sens = layer_sensitivity(
+            self.validator, lambda i, lv: cut({i: lv}), range(self.layers), (0.5, 0.8)
+        )
+        choice, quality = self._fit(sens, cut, lambda sh: sum(sh.values()) / self.layers, "dynamic")
+        thresholds = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
+        folder = self.out / "dynamic"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "thresholds.json").write_text(
+            json.dumps(
+                {"kind": "mlp", "thresholds": {str(i): t for i, t in thresholds.items()}}, indent=1
+            )
+            + "\n"
+        )
+        sparsity = self._measured_sparsity(thresholds)
+        extra = {
+            "level": {"per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()}},
+            "activation_sparsity": round(sparsity, 5),
+            "validation_ppl_delta": round(choice.val_delta, 5),
+            "sensitivity": _sens_json(sens),
+        }
+        return self._card(
+            "dynamic",
+            "input-dependent masking of the MLP intermediate (per-layer |a| thresholds)",
+            quality,
+            extra,
+            folder,
+        )
+
+    @torch.no_grad()
+    def _measured_sparsity(self, thresholds: dict[int, float]) -> float:
+        zeros, total = [0], [0]
+
+        def count(i: int, kind: str, x: torch.Tensor) -> None:
+            if kind == "mlp":
+                zeros[0] += int((x == 0).sum())
+                total[0] += x.numel()
+
+        with activation_threshold(self.model, thresholds), capture_inputs(self.model, count):
+            for ids in self.eval_windows[:8]:
+                self.model(torch.tensor([ids]), use_cache=False)
+        return zeros[0] / max(1, total[0])
+
+    def sparse24(self) -> dict[str, Any]:
+        """2:4 on the projection groups whose ablation keeps the tier in budget."""
+        norms = input_norms(self.model, self.calib_windows[:16])
+        units = [(i, group) for i in range(self.layers) for group in ("mlp", "attn")]
+
+        def expand(chosen: list[tuple[int, str]]) -> list[tuple[int, str]]:
+            return [(i, p) for i, g in chosen for p in (MLP_PROJ if g == "mlp" else ATTN_PROJ)]
+
+        cost = {}
+        for unit in tqdm(units, desc="2:4 sensitivity", unit="group"):
+            cost[unit] = self.validator.evaluate(
+                sparsified(self.model, expand([unit]), norms)
+            ).ppl_delta
+        order = sorted(units, key=lambda u: cost[u])
+        lo, hi, best = 0, len(order), 0
+        budget = self.s.budget("sparse24")
+        for _ in tqdm(range(self.s.search_tries + 2), desc="2:4 search", unit="try"):
+            if lo >= hi:
+                break
+            mid = (lo + hi + 1) // 2
+            if (
+                self.validator.evaluate(
+                    sparsified(self.model, expand(order[:mid]), norms)
+                ).ppl_delta
+                <= budget
+            ):
+                lo, best = mid, mid
+            else:
+                hi = mid - 1
+
+        # Keep the choice only if the evaluation corpus confirms the budget; else search lower.
+        def on_eval(k: int) -> dict[str, float]:
+            cut = sparsified(self.model, expand(order[:k]), norms)
+            return self.evaluator.evaluate(cut, desc="sparse24 on eval").as_dict()
+
+        quality = on_eval(best)
+        if quality["ppl_delta"] > budget:
+            lo, hi, quality = 0, best - 1, on_eval(0)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                q = on_eval(mid)
+                if q["ppl_delta"] <= budget:
+                    lo, quality = mid, q
+                else:
+                    hi = mid - 1
+            best = lo
+        chosen = expand(order[:best])
+        folder = self.out / "sparse24"
+        _save_24(folder, self.model, chosen, norms)
+        mlp_total = sum(
+            _lin(layer, p).weight.numel() for layer in decoder_layers(self.model) for p in MLP_PROJ
+        )
+        mlp_24 = sum(
+            _lin(decoder_layers(self.model)[i], p).weight.numel()
+            for i, p in chosen
+            if p in MLP_PROJ
+        )
+        extra = {
+            "level": {"groups": [f"{i}.{g}" for i, g in order[:best]]},
+            "mlp_weights_24": round(mlp_24 / mlp_total, 5),
+            "projections_24": [f"{i}.{p}" for i, p in chosen],
+            "hardware_sparsity": "2:4 sparse tensor cores on NVIDIA sm80+; dense elsewhere",
+        }
+        return self._card(
+            "sparse24",
+            "2:4 semi-structured weights (|W| x ||a||), chosen groups",
+            quality,
+            extra,
+            folder,
+        )
+
+
+def _lin(layer: Any, name: str) -> torch.nn.Linear:
+    return getattr(layer.mlp if name in MLP_PROJ else layer.self_attn, name)
+
+
+def _save_24(folder: Path, model: Any, units: list[tuple[int, str]], norms: dict) -> None:
+    """Compressed 2:4 storage: the 2 kept values of every group of 4 and their positions."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    layers = decoder_layers(model)
+    for i, p in units:
+        w = _lin(layers[i], p).weight.detach()
+        keep = mask_24(w, norms[(i, p)]).view(w.shape[0], -1, 4)
+        idx = keep.nonzero()[:, 2].view(w.shape[0], -1, 2).to(torch.uint8)
+        vals = w.view(w.shape[0], -1, 4).gather(-1, idx.long())
+        tensors[f"layers.{i}.{p}.values"] = vals.reshape(w.shape[0], -1).contiguous()
+        tensors[f"layers.{i}.{p}.indices"] = idx.reshape(w.shape[0], -1).contiguous()
+    save_file(tensors, str(folder / "sparse24.safetensors"))
+
+
+def _sens_json(sens: Sensitivity) -> dict[str, Any]:
+    return {
+        "levels": sens.levels,
+        "ppl_delta": {str(k): [round(x, 5) for x in v] for k, v in sens.delta.items()},
+    }
+
+
+def load_sparse24(model: Any, folder: Path) -> Any:
+    """Apply a sparse24 artifact to a loaded dense model in place."""
+    from safetensors import safe_open
+
+    layers = decoder_layers(model)
+    with (
+        safe_open(str(Path(folder) / "sparse24.safetensors"), framework="pt") as f,
+        torch.no_grad(),
+    ):
+        names = {k.rsplit(".", 1)[0] for k in f.keys()}  # noqa: SIM118
+        for name in names:
+            _, i, p = name.split(".")
+            lin = _lin(layers[int(i)], p)
+            vals = f.get_tensor(f"{name}.values").view(lin.weight.shape[0], -1, 2)
+            idx = f.get_tensor(f"{name}.indices").view(lin.weight.shape[0], -1, 2).long()
+            w = torch.zeros(lin.weight.shape[0], lin.weight.shape[1] // 4, 4, dtype=vals.dtype)
+            lin.weight.copy_(w.scatter_(-1, idx, vals).view_as(lin.weight))
+    return model
+
+
+def apply_tier(model: Any, tier: str, folder: Path) -> Any:
+    """Load-time application of a tier artifact to the dense model (torch)."""
+    if tier == "masked":
+        return apply_masked(model, folder)
+    if tier == "sparse24":
+        return load_sparse24(model, folder)
+    raise ValueError(f"tier {tier!r} is not applied to a dense model")
