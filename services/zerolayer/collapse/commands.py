@@ -176,6 +176,28 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     return 0
 
 
+def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.calibrate import calibrate
+    from zerolayer.collapse.corpus import token_windows
+    from zerolayer.collapse.drift import compare, write_report
+    from zerolayer.collapse.silence_map import SilenceMap
+
+    folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
+    stored = SilenceMap.load(folder)
+    model, tok, _ = _load(cfg, args.model)
+    corpus = _corpus(args, "calibration", cfg)
+    windows = token_windows(tok, corpus, args.samples, args.seq_len, seed=args.seed)
+    new = calibrate(
+        model,
+        windows,
+        quantile=stored.meta.get("quantile", 0.1),
+        meta={"model": args.model, "corpus": corpus.describe(), "seed": args.seed},
+    )
+    js, png = write_report(compare(stored, new), Path(args.out or folder.parent / "drift"))
+    print(f"{js}\n{png}")
+    return 0
+
+
 def add_parser(sub: Any, with_config: Any) -> None:
     """Register `collapse` and its subcommands; with_config(fn) passes the config to fn."""
     col = sub.add_parser("collapse", help="the collapse compiler").add_subparsers(
@@ -248,3 +270,11 @@ def add_parser(sub: Any, with_config: Any) -> None:
     bd.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text files")
     bd.add_argument("--out", default=None, help="output folder (default <cache>/artifacts/MODEL)")
     bd.set_defaults(func=with_config(_cmd_build))
+
+    dr = col.add_parser("drift", help="calibrate on new text and compare with a stored map")
+    common(dr)
+    dr.add_argument("--map", default=None, help="stored silence map folder")
+    dr.add_argument("--samples", type=int, default=32, help="samples of the new text")
+    dr.add_argument("--corpus", nargs="*", default=None, help="the new text (e.g. live prompts)")
+    dr.add_argument("--out", default=None, help="output folder (default <artifacts>/drift)")
+    dr.set_defaults(func=with_config(_cmd_drift))

@@ -51,7 +51,11 @@ class KindStats:
 
     def silent_fraction(self, quantile: float) -> torch.Tensor:
         """[L, C]: share of each channel's tokens whose |a| is under its layer's threshold."""
-        idx = self.threshold_bins(quantile)
+        return self.silent_fraction_under(self.threshold_bins(quantile))
+
+    def silent_fraction_under(self, idx: torch.Tensor) -> torch.Tensor:
+        """[L, C]: share of each channel's tokens in bins 0..idx[layer] (another map's thresholds
+        applied to this map, as drift does)."""
         cum = self.hist.double().cumsum(-1)  # [L, C, bins]
         under = cum.gather(-1, idx.view(-1, 1, 1).expand(-1, cum.shape[1], 1)).squeeze(-1)
         return (under / self.hist.sum(-1).double()).float()

@@ -1,0 +1,182 @@
+"""Collapse compiler quality table: for each method and level, the perplexity change and KL vs the
+dense model on the evaluation corpus, the share of MLP FLOPs removed (or activations skipped, or MLP
+weights made 2:4) and bytes on disk; then the tiers the builder chooses within their budgets.
+
+Quality numbers are deterministic for a given seed (no timing involved), so one run suffices.
+
+  .venv/bin/python benchmarks/collapse.py [--samples 100] [--eval-samples 32] [--out DIR]
+
+Writes benchmarks/results/collapse.json and the silence map pictures (under --out), prints a
+markdown table for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "collapse.json"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--samples", type=int, default=None, help="calibration samples (models.yaml)")
+    ap.add_argument(
+        "--eval-samples", type=int, default=None, help="evaluation samples (models.yaml)"
+    )
+    ap.add_argument("--out", type=Path, default=None, help="artifact folder (default: a temp dir)")
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    from zerolayer.collapse.ablate import activation_threshold
+    from zerolayer.collapse.build import Builder
+    from zerolayer.collapse.commands import build_settings
+    from zerolayer.collapse.corpus import pydoc_corpus
+    from zerolayer.collapse.model import decoder_layers, projection
+    from zerolayer.collapse.reconstruct import obs_keep, repaired
+    from zerolayer.collapse.select import dynamic_thresholds, protected
+    from zerolayer.collapse.sparse24 import MLP_PROJ, input_norms, sparsified
+    from zerolayer.config import load_config
+    from zerolayer.models.importer import ensure_model
+
+    cfg = load_config()
+    model = cfg.default_model
+    settings = build_settings(cfg, model, samples=args.samples, eval_samples=args.eval_samples)
+    out = args.out or Path(tempfile.mkdtemp(prefix="zerolayer-collapse-"))
+    cache = Path(cfg.cache_dir) / "corpora"
+    b = Builder(
+        ensure_model(cfg, model),
+        out,
+        pydoc_corpus("calibration", cache),
+        pydoc_corpus("evaluation", cache),
+        settings,
+        model,
+    )
+    smap, grams = b.silence_map(), b.grams()
+    protect = protected(smap)
+    layers = decoder_layers(b.model)
+    cut_layers = b.cut_layers
+    rows = []
+
+    def row(method: str, level: str, q: dict, removed: float, what: str, nbytes: int | str) -> None:
+        rows.append(
+            {
+                "method": method,
+                "level": level,
+                "ppl_delta": q["ppl_delta"],
+                "kl": q["kl"],
+                "removed": round(removed, 4),
+                "removed_what": what,
+                "bytes": nbytes,
+            }
+        )
+        print(
+            f"{method:34s} {level:>6s}  ppl {q['ppl_delta']:+8.2%}  kl {q['kl']:.4f}  "
+            f"{what} {removed:.1%}",
+            flush=True,
+        )
+
+    full = sum(projection(layer, "mlp").in_features for layer in layers)
+    for share in (0.05, 0.10, 0.20):
+        keep = {
+            i: obs_keep(projection(layers[i], "mlp").weight.detach(), grams[i], share, protect[i])
+            for i in cut_layers
+        }
+        q = b.evaluator.evaluate(repaired(b.model, keep, grams), desc=f"uniform {share}").as_dict()
+        removed = sum(int((~k).sum()) for k in keep.values()) / full
+        row("static uniform, OBS + repair", f"{share:.0%}", q, removed, "MLP FLOPs", "-")
+    for share in (0.25, 0.40, 0.50, 0.60):
+        th = dynamic_thresholds(smap, {i: share for i in range(len(layers))})
+        q = b.evaluator.evaluate(
+            activation_threshold(b.model, th), desc=f"dynamic {share}"
+        ).as_dict()
+        row(
+            "dynamic, one quantile per layer",
+            f"{share:.0%}",
+            q,
+            b._measured_sparsity(th),
+            "activations",
+            "-",
+        )
+    norms = input_norms(b.model, b.calib_windows[:16])
+    everything = [(i, p) for i in range(len(layers)) for p in MLP_PROJ]
+    q = b.evaluator.evaluate(sparsified(b.model, everything, norms), desc="2:4 all MLP").as_dict()
+    row("2:4 on every MLP projection", "100%", q, 1.0, "MLP weights 2:4", "-")
+
+    cards = {"masked": b.masked()}
+    cards["pruned"] = b.pruned(cards["masked"])
+    cards["dynamic"] = b.dynamic()
+    cards["sparse24"] = b.sparse24()
+    row(
+        "masked tier (builder)",
+        "chosen",
+        cards["masked"]["quality"],
+        cards["masked"]["mlp_flops_removed"],
+        "MLP FLOPs",
+        cards["masked"]["bytes_on_disk"],
+    )
+    row(
+        "pruned tier (builder)",
+        "chosen",
+        cards["pruned"]["quality"],
+        cards["pruned"]["mlp_flops_removed"],
+        "MLP FLOPs",
+        cards["pruned"]["bytes_on_disk"],
+    )
+    row(
+        "dynamic tier (builder)",
+        "chosen",
+        cards["dynamic"]["quality"],
+        cards["dynamic"]["activation_sparsity"],
+        "activations",
+        cards["dynamic"]["bytes_on_disk"],
+    )
+    row(
+        "sparse24 tier (builder)",
+        "chosen",
+        cards["sparse24"]["quality"],
+        cards["sparse24"]["mlp_weights_24"],
+        "MLP weights 2:4",
+        cards["sparse24"]["bytes_on_disk"],
+    )
+
+    print("\n| method | level | ppl change | KL | removed | bytes |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['method']} | {r['level']} | {r['ppl_delta']:+.2%} | {r['kl']:.4f} | "
+            f"{r['removed']:.1%} {r['removed_what']} | {r['bytes']} |"
+        )
+    result = {
+        "masked": {
+            "ppl_delta": cards["masked"]["quality"]["ppl_delta"],
+            "mlp_flops_removed": cards["masked"]["mlp_flops_removed"],
+        },
+        "dynamic": {
+            "ppl_delta": cards["dynamic"]["quality"]["ppl_delta"],
+            "activation_sparsity": cards["dynamic"]["activation_sparsity"],
+        },
+        "sparse24": {
+            "ppl_delta": cards["sparse24"]["quality"]["ppl_delta"],
+            "mlp_weights_24": cards["sparse24"]["mlp_weights_24"],
+        },
+        "dense_ppl": cards["masked"]["quality"]["dense_ppl"],
+        "settings": {
+            "samples": settings.samples,
+            "eval_samples": settings.eval_samples,
+            "seq_len": settings.seq_len,
+            "seed": settings.seed,
+        },
+        "table": rows,
+        "artifacts": str(out),
+    }
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nresults: {args.results}\nsilence map: {out / 'silence_map' / 'silence_map.png'}")
+
+
+if __name__ == "__main__":
+    main()
