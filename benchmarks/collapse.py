@@ -171,7 +171,6 @@ def main() -> None:
             "seed": settings.seed,
         },
         "table": rows,
-        "artifacts": str(out),
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=1) + "\n")
