@@ -21,7 +21,7 @@ def test_zero_cut_gives_exactly_the_dense_perplexity(
     result = ev.evaluate(channel_mask(dense, keep_all))
     assert result.ppl == ev.dense()
     assert result.ppl_delta == 0.0 and result.kl < 1e-4
-    assert 1.0 < ev.dense() < 100.0
+    assert ev.dense() < 100.0 and ev.dense() > 1.0  # a sane language-model perplexity
 
 
 def test_bigger_cuts_cost_more_and_hooks_are_removed(
