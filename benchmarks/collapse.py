@@ -111,38 +111,22 @@ def main() -> None:
     cards["pruned"] = b.pruned(cards["masked"])
     cards["dynamic"] = b.dynamic()
     cards["sparse24"] = b.sparse24()
-    row(
-        "masked tier (builder)",
-        "chosen",
-        cards["masked"]["quality"],
-        cards["masked"]["mlp_flops_removed"],
-        "MLP FLOPs",
-        cards["masked"]["bytes_on_disk"],
-    )
-    row(
-        "pruned tier (builder)",
-        "chosen",
-        cards["pruned"]["quality"],
-        cards["pruned"]["mlp_flops_removed"],
-        "MLP FLOPs",
-        cards["pruned"]["bytes_on_disk"],
-    )
-    row(
-        "dynamic tier (builder)",
-        "chosen",
-        cards["dynamic"]["quality"],
-        cards["dynamic"]["activation_sparsity"],
-        "activations",
-        cards["dynamic"]["bytes_on_disk"],
-    )
-    row(
-        "sparse24 tier (builder)",
-        "chosen",
-        cards["sparse24"]["quality"],
-        cards["sparse24"]["mlp_weights_24"],
-        "MLP weights 2:4",
-        cards["sparse24"]["bytes_on_disk"],
-    )
+    measure = {
+        "masked": ("mlp_flops_removed", "MLP FLOPs"),
+        "pruned": ("mlp_flops_removed", "MLP FLOPs"),
+        "dynamic": ("activation_sparsity", "activations"),
+        "sparse24": ("mlp_weights_24", "MLP weights 2:4"),
+    }
+    for tier, (key, what) in measure.items():
+        card = cards[tier]
+        row(
+            f"{tier} tier (builder)",
+            "chosen",
+            card["quality"],
+            card[key],
+            what,
+            card["bytes_on_disk"],
+        )
 
     print("\n| method | level | ppl change | KL | removed | bytes |\n|---|---|---|---|---|---|")
     for r in rows:

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.model import decoder_layers, projection, removing
 
-__all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold", "apply"]
+__all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold"]
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,8 @@ def channel_mask(
                 return out + bias
 
             handles.append(proj.register_forward_hook(post))
-    try:
+    with removing(handles):
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -98,21 +95,7 @@ def activation_threshold(
             return (torch.where(x.abs() < t, torch.zeros_like(x), x),)
 
         handles.append(projection(layers[i], kind).register_forward_pre_hook(pre))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-@contextmanager
-def apply(*cuts: AbstractContextManager[None]) -> Iterator[None]:
-    """Several interventions at once."""
-    from contextlib import ExitStack
-
-    with ExitStack() as stack:
-        for c in cuts:
-            stack.enter_context(c)
+    with removing(handles):
         yield
 
 

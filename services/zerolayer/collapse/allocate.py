@@ -30,7 +30,6 @@ __all__ = [
     "Choice",
     "choose",
     "static_cut",
-    "static_sensitivity_cut",
 ]
 
 
@@ -138,11 +137,3 @@ def static_cut(
 ) -> Callable[[dict[int, float]], AbstractContextManager[None]]:
     """make_cut for static MLP channel cuts (OBS ranking + least-squares repair)."""
     return lambda shares: repaired(model, _keeps(model, grams, shares, protect), grams)
-
-
-def static_sensitivity_cut(
-    model: Any, grams: list[torch.Tensor], protect: torch.Tensor
-) -> Callable[[int, float], AbstractContextManager[None]]:
-    """One layer at one level, for layer_sensitivity."""
-    cut = static_cut(model, grams, protect)
-    return lambda layer, level: cut({layer: level})

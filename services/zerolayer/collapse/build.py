@@ -19,8 +19,14 @@ import torch
 from tqdm.auto import tqdm
 
 from zerolayer.collapse.ablate import Evaluator, activation_threshold
-from zerolayer.collapse.allocate import Sensitivity, choose, layer_sensitivity, static_cut
-from zerolayer.collapse.artifacts import apply_masked, save_masked, save_pruned
+from zerolayer.collapse.allocate import (
+    Choice,
+    Sensitivity,
+    choose,
+    layer_sensitivity,
+    static_cut,
+)
+from zerolayer.collapse.artifacts import save_masked, save_pruned
 from zerolayer.collapse.calibrate import calibrate, capture_inputs
 from zerolayer.collapse.corpus import Corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
@@ -152,7 +158,9 @@ class Builder:
             if quality["ppl_delta"] <= budget:
                 return choice, quality
             target *= 0.6
-        choice = choose(sens, self.validator, 0.0, cut, removed, 1)
+        # Nothing confirmed: fall back to no cut at all, which meets any budget. (A search at a
+        # zero allowance can still take layers whose measured cost was noise at or below zero.)
+        choice = Choice({i: 0.0 for i in sens.delta}, 0.0, 0.0)
         return choice, self.evaluator.evaluate(cut(choice.shares)).as_dict()
 
     # tiers ------------------------------------------------------------------------------------
@@ -390,12 +398,3 @@ def load_sparse24(model: Any, folder: Path) -> Any:
             w = torch.zeros(lin.weight.shape[0], lin.weight.shape[1] // 4, 4, dtype=vals.dtype)
             lin.weight.copy_(w.scatter_(-1, idx, vals).view_as(lin.weight))
     return model
-
-
-def apply_tier(model: Any, tier: str, folder: Path) -> Any:
-    """Load-time application of a tier artifact to the dense model (torch)."""
-    if tier == "masked":
-        return apply_masked(model, folder)
-    if tier == "sparse24":
-        return load_sparse24(model, folder)
-    raise ValueError(f"tier {tier!r} is not applied to a dense model")

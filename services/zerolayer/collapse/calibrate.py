@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.model import decoder_layers, projection, removing
 from zerolayer.collapse.silence_map import BIN_EDGES, KINDS, KindStats, SilenceMap
 
 __all__ = ["calibrate", "capture_inputs"]
@@ -58,11 +58,8 @@ def capture_inputs(model: Any, fn: Callable[[int, str, torch.Tensor], None]) -> 
                 fn(i, kind, args[0].detach())
 
             handles.append(projection(layer, kind).register_forward_pre_hook(hook))
-    try:
+    with removing(handles):
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @torch.no_grad()

@@ -3,12 +3,14 @@ projections whose inputs the compiler measures and cuts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["load_model", "decoder_layers", "projection"]
+__all__ = ["load_model", "decoder_layers", "projection", "removing"]
 
 
 def load_model(model_dir: str | Path) -> Any:
@@ -28,3 +30,13 @@ def decoder_layers(model: Any) -> list[Any]:
 def projection(layer: Any, kind: str) -> torch.nn.Linear:
     """down_proj for 'mlp' (its input is the MLP intermediate), o_proj for 'attn'."""
     return layer.mlp.down_proj if kind == "mlp" else layer.self_attn.o_proj
+
+
+@contextmanager
+def removing(handles: list[Any]) -> Iterator[None]:
+    """Run the body with the given hooks installed; remove them on exit, whatever happens."""
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()

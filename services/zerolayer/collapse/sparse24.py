@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from zerolayer.collapse.model import decoder_layers
+from zerolayer.collapse.model import decoder_layers, removing
 
 __all__ = ["MLP_PROJ", "ATTN_PROJ", "input_norms", "mask_24", "is_24", "sparsified"]
 
@@ -41,12 +41,9 @@ def input_norms(
                 sums[key] = sums.get(key, 0) + (a * a).sum(0)
 
             handles.append(_linear(layer, name).register_forward_pre_hook(hook))
-    try:
+    with removing(handles):
         for ids in tqdm(windows, desc="input norms", unit="sample", disable=not progress):
             model(torch.tensor([ids]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
     return {k: v.sqrt().float() for k, v in sums.items()}
 
 
