@@ -86,6 +86,9 @@ class CollapseConfig(_Strict):
     seed: int = Field(default=0, description="Seed of the sample choice")
     quantile: float = Field(default=0.1, gt=0, lt=1, description="Silence threshold quantile")
     dense_layers: int = Field(default=2, ge=0, description="Last layers never cut (static cuts)")
+    distill_epochs: int = Field(
+        default=3, ge=0, description="Epochs of distillation after the static cut (0: repair only)"
+    )
     budgets: dict[str, float] = Field(
         default_factory=lambda: {"masked": 0.03, "dynamic": 0.03, "sparse24": 0.10},
         description="Largest relative perplexity increase over dense, per tier",

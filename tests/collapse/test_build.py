@@ -8,14 +8,21 @@ from typing import Any
 
 import pytest
 import torch
-from zerolayer.collapse.artifacts import load_masked, load_pruned
+from zerolayer.collapse.artifacts import load_dynamic, load_masked, load_pruned
 from zerolayer.collapse.build import Builder, BuildSettings, load_sparse24
 from zerolayer.collapse.corpus import pydoc_corpus
 from zerolayer.collapse.model import load_model
 from zerolayer.collapse.sparse24 import is_24
 
 SETTINGS = BuildSettings(
-    samples=3, seq_len=64, validation_samples=2, eval_samples=3, search_tries=2
+    samples=3,
+    seq_len=64,
+    validation_samples=2,
+    eval_samples=3,
+    search_tries=2,
+    static_levels=(0.3,),
+    dynamic_levels=(0.7,),
+    distill_epochs=1,
 )
 CARD_FIELDS = {"tier", "method", "level", "quality", "bytes_on_disk", "calibration", "eval"}
 
@@ -92,11 +99,15 @@ def test_sparse24_artifact_loads_with_the_pattern_and_meets_its_budget(
     assert 0 <= card["mlp_weights_24"] <= 1
 
 
-def test_dynamic_thresholds_and_measured_sparsity(built: dict[str, Any]) -> None:
+def test_dynamic_artifact_reproduces_its_card(built: dict[str, Any], model_dir: Path) -> None:
     card = built["cards"]["dynamic"]
     assert card["quality"]["ppl_delta"] <= 0.03
-    thresholds = json.loads((built["out"] / "dynamic" / "thresholds.json").read_text())[
-        "thresholds"
-    ]
-    assert all(t > 0 for t in thresholds.values())
     assert 0 <= card["activation_sparsity"] < 1
+    model, thresholds = load_dynamic(model_dir, built["out"] / "dynamic")
+    assert all(t > 0 for t in thresholds.values())
+    from zerolayer.collapse.ablate import Evaluator, activation_threshold
+
+    again = Evaluator(model, built["builder"].eval_windows).evaluate(
+        activation_threshold(model, thresholds)
+    )
+    assert again.ppl == pytest.approx(card["quality"]["ppl"], rel=1e-3)

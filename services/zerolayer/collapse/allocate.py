@@ -1,19 +1,26 @@
-"""Non-uniform allocation of a static MLP cut across layers, within a perplexity budget.
+"""Non-uniform allocation of a cut across layers, within a perplexity budget.
 
-1. Sensitivity: cut one layer at a time (OBS ranking + least-squares repair) at a few levels and
-   measure the perplexity change on validation windows (calibration-side text, never the
-   evaluation corpus).
-2. Greedy allocation: grow the cut in steps, each time in the layer whose predicted cost per
-   removed channel is lowest (piecewise-linear in the measured levels).
-3. Validation: layers do not add up exactly, so the total predicted cost allowed is searched until
-   the real measured change on the validation windows fits the budget.
+1. Sensitivity: cut one layer at a time at a few levels and measure, on validation windows
+   (calibration-side text, never the evaluation corpus), the mean KL divergence from the dense
+   model and the perplexity change. KL is the cost: it is never negative and far less noisy than
+   a perplexity change on a few windows, and per-layer KLs add up to about the total.
+2. A convex cost curve per layer, cost(s) = c s^p with p >= 1 (least squares in log space through
+   the measured levels), so each further step in a layer costs more than the last. (Static cuts
+   measure p ~ 1.2; per-token activation masking p ~ 4-6, nearly free up to a layer's knee.)
+3. Greedy allocation: grow the cut in steps, each in the layer whose next step costs least; for
+   convex curves this is the allocation with the most removed for its predicted total.
+4. Validation: the total KL allowed is searched until the measured perplexity change on the
+   validation windows fits the budget.
+
+Measured on SmolLM2-135M (docs/collapse.md): at the same measured cost the KL-convex allocation
+removes about 1.4x the channels of a uniform cut (13.8% at +2.9% against 10% at +3.5%).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,60 +36,76 @@ __all__ = [
     "greedy_shares",
     "Choice",
     "choose",
+    "static_keeps",
     "static_cut",
 ]
 
 
+def _power_fit(levels: Sequence[float], costs: Sequence[float]) -> tuple[float, float]:
+    """(c, p) of the curve c x^p through the points, least squares in log space, p in [1, 8]
+    (p = 2 from a single level)."""
+    x = torch.tensor(levels, dtype=torch.float64).log()
+    y = torch.tensor(costs, dtype=torch.float64).clamp_min(1e-7).log()
+    p = 2.0
+    if len(levels) > 1:
+        xc = x - x.mean()
+        p = float((xc @ (y - y.mean())) / (xc @ xc))
+    p = min(8.0, max(1.0, p))
+    return float((y - p * x).mean().exp()), p
+
+
 @dataclass
 class Sensitivity:
-    """Measured perplexity change per layer at each level (share of that layer's channels)."""
+    """Per layer, the KL and perplexity change measured at each level (share of that layer's
+    channels, or of its activations)."""
 
     levels: list[float]
-    delta: dict[int, list[float]]
+    kl: dict[int, list[float]]
+    ppl_delta: dict[int, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._fit = {i: _power_fit(self.levels, ks) for i, ks in self.kl.items()}
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.kl)
 
     def predict(self, layer: int, share: float) -> float:
-        """Piecewise-linear interpolation through (0, 0) and the measured levels."""
-        xs = [0.0, *self.levels]
-        ys = [0.0, *(max(0.0, d) for d in self.delta[layer])]
-        if share >= xs[-1]:
-            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-            return ys[-1] + slope * (share - xs[-1]) * 2  # beyond the measured range: be wary
-        for j in range(1, len(xs)):
-            if share <= xs[j]:
-                t = (share - xs[j - 1]) / (xs[j] - xs[j - 1])
-                return ys[j - 1] + t * (ys[j] - ys[j - 1])
-        return ys[-1]
+        """Predicted KL of cutting `share` of the layer alone."""
+        c, p = self._fit[layer]
+        return c * share**p
 
-
-def _keeps(
-    model: Any, grams: list[torch.Tensor], shares: dict[int, float], protect: torch.Tensor
-) -> dict[int, torch.Tensor]:
-    layers = decoder_layers(model)
-    return {
-        i: obs_keep(projection(layers[i], "mlp").weight.detach(), grams[i], s, protect[i])
-        for i, s in shares.items()
-        if s > 0
-    }
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "levels": self.levels,
+            "kl": {str(k): [round(x, 6) for x in v] for k, v in self.kl.items()},
+            "ppl_delta": {str(k): [round(x, 5) for x in v] for k, v in self.ppl_delta.items()},
+            "fit_kl_c_p": {str(k): [round(v, 6) for v in cp] for k, cp in self._fit.items()},
+        }
 
 
 def layer_sensitivity(
     evaluator: Evaluator,
     cut_one: Callable[[int, float], AbstractContextManager[None]],
     layers: Sequence[int],
-    levels: Sequence[float] = (0.25, 0.5),
+    levels: Sequence[float] = (0.15, 0.3, 0.5),
+    desc: str = "layer sensitivity",
 ) -> Sensitivity:
-    """Apply cut_one(layer, level) to each layer alone at each level; measure the change."""
-    delta: dict[int, list[float]] = {}
-    for i in tqdm(layers, desc="layer sensitivity", unit="layer"):
-        delta[i] = [evaluator.evaluate(cut_one(i, level)).ppl_delta for level in levels]
-    return Sensitivity(list(levels), delta)
+    """Apply cut_one(layer, level) to each layer alone at each level; measure KL and ppl."""
+    kl: dict[int, list[float]] = {}
+    ppl: dict[int, list[float]] = {}
+    for i in tqdm(layers, desc=desc, unit="layer"):
+        runs = [evaluator.evaluate(cut_one(i, level)) for level in levels]
+        kl[i] = [r.kl for r in runs]
+        ppl[i] = [r.ppl_delta for r in runs]
+    return Sensitivity(list(levels), kl, ppl)
 
 
 def greedy_shares(
-    sens: Sensitivity, cost_budget: float, step: float = 1 / 32, max_share: float = 0.75
+    sens: Sensitivity, cost_budget: float, step: float = 1 / 64, max_share: float = 0.75
 ) -> dict[int, float]:
-    """Per-layer cut shares that remove the most channels for a predicted total cost."""
-    shares = {i: 0.0 for i in sens.delta}
+    """Per-layer shares that remove the most for a predicted total KL of cost_budget."""
+    shares = {i: 0.0 for i in sens.layers}
     total = 0.0
     while True:
         best, best_cost = None, float("inf")
@@ -114,14 +137,16 @@ def choose(
     make_cut: Callable[[dict[int, float]], AbstractContextManager[None]],
     removed: Callable[[dict[int, float]], float],
     tries: int = 6,
+    max_share: float = 0.75,
 ) -> Choice:
-    """Search the predicted-cost allowance so that the measured validation change of the greedy
-    allocation fits the budget; the allocation that removes most and fits wins."""
-    lo, hi = 0.0, budget * 4
-    best = Choice({i: 0.0 for i in sens.delta}, 0.0, 0.0)
+    """Search the KL allowance so that the measured validation perplexity change of the greedy
+    allocation fits the budget; the allocation that removes most and fits wins. (A KL of k costs
+    roughly k/2 in perplexity here, so [0, 6 x budget] holds the answer with room.)"""
+    lo, hi = 0.0, budget * 6
+    best = Choice({i: 0.0 for i in sens.layers}, 0.0, 0.0)
     for _ in tqdm(range(tries), desc="allocation search", unit="try"):
         mid = (lo + hi) / 2
-        shares = greedy_shares(sens, mid)
+        shares = greedy_shares(sens, mid, max_share=max_share)
         delta = validator.evaluate(make_cut(shares)).ppl_delta
         if delta <= budget:
             lo = mid
@@ -132,8 +157,20 @@ def choose(
     return best
 
 
+def static_keeps(
+    model: Any, grams: list[torch.Tensor], shares: dict[int, float], protect: torch.Tensor
+) -> dict[int, torch.Tensor]:
+    """Keep-masks of the MLP channels for per-layer shares (OBS ranking, protected kept)."""
+    layers = decoder_layers(model)
+    return {
+        i: obs_keep(projection(layers[i], "mlp").weight.detach(), grams[i], s, protect[i])
+        for i, s in shares.items()
+        if s > 0
+    }
+
+
 def static_cut(
     model: Any, grams: list[torch.Tensor], protect: torch.Tensor
 ) -> Callable[[dict[int, float]], AbstractContextManager[None]]:
     """make_cut for static MLP channel cuts (OBS ranking + least-squares repair)."""
-    return lambda shares: repaired(model, _keeps(model, grams, shares, protect), grams)
+    return lambda shares: repaired(model, static_keeps(model, grams, shares, protect), grams)

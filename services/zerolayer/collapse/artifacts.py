@@ -27,6 +27,8 @@ __all__ = [
     "save_pruned",
     "load_pruned",
     "narrow_mlp",
+    "save_dynamic",
+    "load_dynamic",
 ]
 
 TOKENIZER_FILES = (
@@ -83,6 +85,36 @@ def apply_masked(model: Any, folder: Path) -> Any:
 def load_masked(dense_dir: Path, folder: Path) -> Any:
     """The dense checkpoint with a masked artifact applied."""
     return apply_masked(load_model(dense_dir), folder)
+
+
+def save_dynamic(folder: Path, thresholds: dict[int, float], down: dict[int, torch.Tensor]) -> Path:
+    """Write a dynamic (per-token threshold) artifact: thresholds.json, and the distilled
+    down_proj weights of the thresholded layers in down_proj.safetensors (none: dense weights)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"kind": "mlp", "thresholds": {str(i): t for i, t in thresholds.items()}}
+    (folder / "thresholds.json").write_text(json.dumps(body, indent=1) + "\n")
+    tensors = {f"layers.{i}.down_proj": w.contiguous() for i, w in down.items()}
+    save_file(tensors, str(folder / "down_proj.safetensors"))
+    return folder
+
+
+@torch.no_grad()
+def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, dict[int, float]]:
+    """The dense checkpoint with a dynamic artifact's weights, and its per-layer thresholds
+    (apply them with collapse.ablate.activation_threshold, or an engine's own kernel)."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    model = load_model(dense_dir)
+    layers = decoder_layers(model)
+    with safe_open(str(folder / "down_proj.safetensors"), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+            layers[int(name.split(".")[1])].mlp.down_proj.weight.copy_(f.get_tensor(name))
+    body = json.loads((folder / "thresholds.json").read_text())
+    return model, {int(i): float(t) for i, t in body["thresholds"].items()}
 
 
 def narrow_mlp(mlp: Any, width: int) -> None:

@@ -133,6 +133,7 @@ def build_settings(cfg: PlatformConfig, model: str, **overrides: Any) -> Any:
         "seed": c.seed,
         "quantile": c.quantile,
         "dense_layers": c.dense_layers,
+        "distill_epochs": c.distill_epochs,
         "budgets": tuple(sorted(c.budgets.items())),
     }
     values.update({k: v for k, v in overrides.items() if v is not None})

@@ -11,7 +11,7 @@ plain masking and +3.6% with this ranking and repair.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from zerolayer.collapse.calibrate import capture_inputs
 from zerolayer.collapse.model import decoder_layers, projection
 
-__all__ = ["gram_matrices", "obs_keep", "repaired_weight", "repaired"]
+__all__ = ["gram_matrices", "obs_keep", "repaired_weight", "repaired", "swapped"]
 
 
 @torch.no_grad()
@@ -97,18 +97,28 @@ def repaired_weight(
 
 
 @contextmanager
-def repaired(
-    model: Any, keep: dict[int, torch.Tensor], grams: list[torch.Tensor], kind: str = "mlp"
-) -> Iterator[None]:
-    """Apply cuts with least-squares repair (swapped projection weights, restored on exit)."""
+def swapped(model: Any, weights: dict[int, torch.Tensor], kind: str = "mlp") -> Iterator[None]:
+    """Run the body with these projection weights in place of the model's (restored on exit)."""
     layers = decoder_layers(model)
     saved = {}
     try:
-        for i, mask in keep.items():
+        for i, w in weights.items():
             proj = projection(layers[i], kind)
             saved[i] = proj.weight.data.clone()
-            proj.weight.data.copy_(repaired_weight(saved[i], grams[i], mask))
+            proj.weight.data.copy_(w)
         yield
     finally:
         for i, w in saved.items():
             projection(layers[i], kind).weight.data.copy_(w)
+
+
+def repaired(
+    model: Any, keep: dict[int, torch.Tensor], grams: list[torch.Tensor], kind: str = "mlp"
+) -> AbstractContextManager[None]:
+    """Apply cuts with least-squares repair (swapped projection weights, restored on exit)."""
+    layers = decoder_layers(model)
+    weights = {
+        i: repaired_weight(projection(layers[i], kind).weight.data, grams[i], mask)
+        for i, mask in keep.items()
+    }
+    return swapped(model, weights, kind)
