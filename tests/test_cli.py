@@ -90,6 +90,7 @@ def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> N
         "2",
         "--seq-len",
         "64",
+        "--sensitivity",
         "--out",
         str(report),
         env=env,
@@ -97,5 +98,9 @@ def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr
     import json
 
-    result = json.loads(report.read_text())["result"]
+    body = json.loads(report.read_text())
+    result = body["result"]
     assert result["ppl_delta"] > 0 and result["kl"] > 0
+    rows = body["sensitivity"]
+    assert [r["layer"] for r in rows] == list(range(30))
+    assert all(r["kl"] > 0 and r["level"] == 0.2 for r in rows)

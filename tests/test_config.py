@@ -58,3 +58,16 @@ def test_unknown_field_is_rejected_with_its_location(tmp_path: Path) -> None:
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="missing config file"):
         load_config(platform_dir=tmp_path, env={})
+
+
+def test_collapse_settings_reach_the_builder(tmp_path: Path) -> None:
+    from zerolayer.collapse.commands import build_settings
+
+    cfg = load_config(env={"HOME": str(tmp_path)})
+    s = build_settings(cfg, "smollm2-135m", samples=7)
+    assert s.samples == 7 and s.distill_epochs == 3 and s.budget("masked") == 0.03
+    pdir = _copy_platform(tmp_path)
+    text = (pdir / "models.yaml").read_text()
+    (pdir / "models.yaml").write_text(text.replace("distill_epochs: 3", "distill_epochs: -1"))
+    with pytest.raises(ConfigError, match="distill_epochs"):
+        load_config(platform_dir=pdir, env={})

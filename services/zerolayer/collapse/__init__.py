@@ -5,7 +5,14 @@ from zerolayer.collapse.ablate import Evaluation, Evaluator, activation_threshol
 from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import Corpus, files_corpus, pydoc_corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
-from zerolayer.collapse.reconstruct import gram_matrices, obs_keep, repaired, repaired_weight
+from zerolayer.collapse.reconstruct import (
+    gram_matrices,
+    obs_keep,
+    repaired,
+    repaired_weight,
+    swapped,
+)
+from zerolayer.collapse.recover import distill
 from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_masks, protected
 from zerolayer.collapse.silence_map import SilenceMap
 
@@ -30,4 +37,6 @@ __all__ = [
     "obs_keep",
     "repaired",
     "repaired_weight",
+    "swapped",
+    "distill",
 ]

@@ -154,6 +154,8 @@ def save_pruned(folder: Path, dense_dir: Path, masked_folder: Path) -> Path:
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     cfg = json.loads((Path(dense_dir) / "config.json").read_text())
     cfg["zerolayer"] = {"tier": "pruned", "intermediate_sizes": widths}
+    # vLLM builds the per-layer widths through zerolayer's plugin (engines/vllm_plugin.py)
+    cfg["architectures"] = ["ZerolayerLlamaForCausalLM"]
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     for name in TOKENIZER_FILES:
         if (Path(dense_dir) / name).exists():

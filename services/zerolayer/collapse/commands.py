@@ -68,18 +68,23 @@ def _cmd_map(args: argparse.Namespace, cfg: PlatformConfig) -> int:
 def layer_sensitivity(
     evaluator: Any, model: Any, scores: Any, protect: Any, level: float
 ) -> list[dict[str, Any]]:
-    """Cut `level` of one layer's MLP channels at a time; the perplexity change of each."""
-    from tqdm.auto import tqdm
-
+    """Cut `level` of one layer's MLP channels at a time (plain masking): KL and perplexity
+    change of each."""
     from zerolayer.collapse.ablate import channel_mask
+    from zerolayer.collapse.allocate import layer_sensitivity as measure
     from zerolayer.collapse.select import keep_masks
 
-    rows = []
-    for layer in tqdm(range(scores.shape[0]), desc="per-layer sensitivity"):
-        masks = keep_masks(scores, {layer: level}, protect)
-        ev = evaluator.evaluate(channel_mask(model, masks), desc=f"layer {layer}")
-        rows.append({"layer": layer, "level": level, **ev.as_dict()})
-    return rows
+    sens = measure(
+        evaluator,
+        lambda i, lv: channel_mask(model, keep_masks(scores, {i: lv}, protect)),
+        range(scores.shape[0]),
+        (level,),
+        desc="per-layer sensitivity",
+    )
+    return [
+        {"layer": i, "level": level, "ppl_delta": sens.ppl_delta[i][0], "kl": sens.kl[i][0]}
+        for i in sens.layers
+    ]
 
 
 def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
