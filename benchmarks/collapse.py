@@ -5,9 +5,11 @@ weights made 2:4) and bytes on disk; then the tiers the builder chooses within t
 Quality numbers are deterministic for a given seed (no timing involved), so one run suffices.
 
   .venv/bin/python benchmarks/collapse.py [--samples 100] [--eval-samples 32] [--out DIR]
+      [--tiers masked,pruned,dynamic,sparse24]
 
 Writes benchmarks/results/collapse.json and the silence map pictures (under --out), prints a
-markdown table for docs/benchmarks.md.
+markdown table for docs/benchmarks.md. With --tiers naming only some tiers, only those are
+rebuilt (no method rows) and their entries in the existing results file are replaced.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=None, help="artifact folder (default: a temp dir)")
     ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--tiers", default="masked,pruned,dynamic,sparse24", help="builder tiers")
     args = ap.parse_args()
+    tiers = [t for t in args.tiers.split(",") if t]
+    everything = set(tiers) >= {"masked", "pruned", "dynamic", "sparse24"}
 
     from zerolayer.collapse.ablate import activation_threshold
     from zerolayer.collapse.build import Builder
@@ -81,7 +86,7 @@ def main() -> None:
         )
 
     full = sum(projection(layer, "mlp").in_features for layer in layers)
-    for share in (0.05, 0.10, 0.20):
+    for share in (0.05, 0.10, 0.20) if everything else ():
         keep = {
             i: obs_keep(projection(layers[i], "mlp").weight.detach(), grams[i], share, protect[i])
             for i in cut_layers
@@ -89,7 +94,7 @@ def main() -> None:
         q = b.evaluator.evaluate(repaired(b.model, keep, grams), desc=f"uniform {share}").as_dict()
         removed = sum(int((~k).sum()) for k in keep.values()) / full
         row("static uniform, OBS + repair", f"{share:.0%}", q, removed, "MLP FLOPs", "-")
-    for share in (0.25, 0.40, 0.50, 0.60):
+    for share in (0.25, 0.40, 0.50, 0.60) if everything else ():
         th = dynamic_thresholds(smap, {i: share for i in range(len(layers))})
         q = b.evaluator.evaluate(
             activation_threshold(b.model, th), desc=f"dynamic {share}"
@@ -102,15 +107,21 @@ def main() -> None:
             "activations",
             "-",
         )
-    norms = input_norms(b.model, b.calib_windows[:16])
-    everything = [(i, p) for i in range(len(layers)) for p in MLP_PROJ]
-    q = b.evaluator.evaluate(sparsified(b.model, everything, norms), desc="2:4 all MLP").as_dict()
-    row("2:4 on every MLP projection", "100%", q, 1.0, "MLP weights 2:4", "-")
+    if everything:
+        norms = input_norms(b.model, b.calib_windows[:16])
+        all_mlp = [(i, p) for i in range(len(layers)) for p in MLP_PROJ]
+        q = b.evaluator.evaluate(sparsified(b.model, all_mlp, norms), desc="2:4 all MLP").as_dict()
+        row("2:4 on every MLP projection", "100%", q, 1.0, "MLP weights 2:4", "-")
 
-    cards = {"masked": b.masked()}
-    cards["pruned"] = b.pruned(cards["masked"])
-    cards["dynamic"] = b.dynamic()
-    cards["sparse24"] = b.sparse24()
+    cards = {}
+    if "masked" in tiers or "pruned" in tiers:
+        cards["masked"] = b.masked()
+    if "pruned" in tiers:
+        cards["pruned"] = b.pruned(cards["masked"])
+    if "dynamic" in tiers:
+        cards["dynamic"] = b.dynamic()
+    if "sparse24" in tiers:
+        cards["sparse24"] = b.sparse24()
     measure = {
         "masked": ("mlp_flops_removed", "MLP FLOPs"),
         "pruned": ("mlp_flops_removed", "MLP FLOPs"),
@@ -118,6 +129,8 @@ def main() -> None:
         "sparse24": ("mlp_weights_24", "MLP weights 2:4"),
     }
     for tier, (key, what) in measure.items():
+        if tier not in cards:
+            continue
         card = cards[tier]
         row(
             f"{tier} tier (builder)",
@@ -128,34 +141,36 @@ def main() -> None:
             card["bytes_on_disk"],
         )
 
+    fields = {
+        "masked": ("mlp_flops_removed",),
+        "dynamic": ("activation_sparsity",),
+        "sparse24": ("mlp_weights_24",),
+    }
+    result = {} if everything else json.loads(args.results.read_text())
+    if not everything:  # keep the other rows; replace the rebuilt tiers' rows
+        rebuilt = {f"{t} tier (builder)" for t in cards}
+        rows = [r for r in result["table"] if r["method"] not in rebuilt] + rows
+    for tier, keys in fields.items():
+        if tier in cards:
+            q = cards[tier]["quality"]
+            result[tier] = {"ppl_delta": q["ppl_delta"], **{k: cards[tier][k] for k in keys}}
+            result["dense_ppl"] = q["dense_ppl"]
+    result["settings"] = {
+        "samples": settings.samples,
+        "eval_samples": settings.eval_samples,
+        "seq_len": settings.seq_len,
+        "seed": settings.seed,
+        "distill_epochs": settings.distill_epochs,
+    }
+    order = ["masked", "pruned", "dynamic", "sparse24"]
+    rows.sort(key=lambda r: order.index(r["method"].split()[0]) if "builder" in r["method"] else -1)
+    result["table"] = rows
     print("\n| method | level | ppl change | KL | removed | bytes |\n|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['method']} | {r['level']} | {r['ppl_delta']:+.2%} | {r['kl']:.4f} | "
             f"{r['removed']:.1%} {r['removed_what']} | {r['bytes']} |"
         )
-    result = {
-        "masked": {
-            "ppl_delta": cards["masked"]["quality"]["ppl_delta"],
-            "mlp_flops_removed": cards["masked"]["mlp_flops_removed"],
-        },
-        "dynamic": {
-            "ppl_delta": cards["dynamic"]["quality"]["ppl_delta"],
-            "activation_sparsity": cards["dynamic"]["activation_sparsity"],
-        },
-        "sparse24": {
-            "ppl_delta": cards["sparse24"]["quality"]["ppl_delta"],
-            "mlp_weights_24": cards["sparse24"]["mlp_weights_24"],
-        },
-        "dense_ppl": cards["masked"]["quality"]["dense_ppl"],
-        "settings": {
-            "samples": settings.samples,
-            "eval_samples": settings.eval_samples,
-            "seq_len": settings.seq_len,
-            "seed": settings.seed,
-        },
-        "table": rows,
-    }
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nresults: {args.results}\nsilence map: {out / 'silence_map' / 'silence_map.png'}")
