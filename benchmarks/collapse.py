@@ -113,15 +113,7 @@ def main() -> None:
         q = b.evaluator.evaluate(sparsified(b.model, all_mlp, norms), desc="2:4 all MLP").as_dict()
         row("2:4 on every MLP projection", "100%", q, 1.0, "MLP weights 2:4", "-")
 
-    cards = {}
-    if "masked" in tiers or "pruned" in tiers:
-        cards["masked"] = b.masked()
-    if "pruned" in tiers:
-        cards["pruned"] = b.pruned(cards["masked"])
-    if "dynamic" in tiers:
-        cards["dynamic"] = b.dynamic()
-    if "sparse24" in tiers:
-        cards["sparse24"] = b.sparse24()
+    cards = b.build(tiers)
     measure = {
         "masked": ("mlp_flops_removed", "MLP FLOPs"),
         "pruned": ("mlp_flops_removed", "MLP FLOPs"),

@@ -40,10 +40,9 @@ def built(
         SETTINGS,
         "smollm2-135m",
     )
-    cards = {"masked": b.masked()}
-    cards["pruned"] = b.pruned(cards["masked"])
-    cards["dynamic"] = b.dynamic()
-    cards["sparse24"] = b.sparse24()
+    with pytest.raises(ValueError, match="unknown tiers"):
+        b.build(["turbo"])
+    cards = b.build(["pruned", "dynamic", "sparse24"])  # pruned brings masked along
     return {"out": out, "cards": cards, "builder": b}
 
 

@@ -218,6 +218,22 @@ class Builder:
         return down
 
     # tiers ------------------------------------------------------------------------------------
+    def build(self, tiers: list[str]) -> dict[str, dict[str, Any]]:
+        """Build the named tiers (pruned needs masked, which is then built too); their cards."""
+        unknown = set(tiers) - set(TIERS)
+        if unknown:
+            raise ValueError(f"unknown tiers {sorted(unknown)}; known: {', '.join(TIERS)}")
+        cards: dict[str, dict[str, Any]] = {}
+        if "masked" in tiers or "pruned" in tiers:
+            cards["masked"] = self.masked()
+        if "pruned" in tiers:
+            cards["pruned"] = self.pruned(cards["masked"])
+        if "dynamic" in tiers:
+            cards["dynamic"] = self.dynamic()
+        if "sparse24" in tiers:
+            cards["sparse24"] = self.sparse24()
+        return cards
+
     def masked(self) -> dict[str, Any]:
         """Static MLP channel cut: per-layer sensitivity, convex allocation, least-squares
         repair, then distillation of the kept down_proj columns; confirmed on the eval corpus."""

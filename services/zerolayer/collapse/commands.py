@@ -165,15 +165,7 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         settings,
         args.model,
     )
-    cards: dict[str, Any] = {}
-    if "masked" in tiers or "pruned" in tiers:
-        cards["masked"] = builder.masked()
-    if "pruned" in tiers:
-        cards["pruned"] = builder.pruned(cards["masked"])
-    if "dynamic" in tiers:
-        cards["dynamic"] = builder.dynamic()
-    if "sparse24" in tiers:
-        cards["sparse24"] = builder.sparse24()
+    cards = builder.build(tiers)
     for tier, card in cards.items():
         print(
             f"{tier:9s} ppl {card['quality']['ppl_delta']:+.2%}  kl {card['quality']['kl']:.4f}  "
