@@ -38,7 +38,14 @@ from zerolayer.collapse.reconstruct import gram_matrices, repaired_weight, swapp
 from zerolayer.collapse.recover import distill
 from zerolayer.collapse.select import dynamic_thresholds, protected
 from zerolayer.collapse.silence_map import SilenceMap
-from zerolayer.collapse.sparse24 import ATTN_PROJ, MLP_PROJ, input_norms, mask_24, sparsified
+from zerolayer.collapse.sparse24 import (
+    ATTN_PROJ,
+    MLP_PROJ,
+    input_norms,
+    linear,
+    mask_24,
+    sparsified,
+)
 
 __all__ = ["BuildSettings", "Builder", "TIERS"]
 
@@ -167,13 +174,13 @@ class Builder:
         cut: Callable[[dict[int, float]], AbstractContextManager[None]],
         removed: Callable[[dict[int, float]], float],
         tier: str,
-        recover: Callable[[Choice], tuple[Weights, AbstractContextManager[None]]],
+        recover: Callable[[Choice], tuple[Weights, AbstractContextManager[None], bool]],
         max_share: float = 0.75,
-    ) -> tuple[Choice, Weights, dict[str, float]]:
+    ) -> tuple[Choice, Weights, dict[str, float], bool]:
         """Allocate on the validation windows (the cut alone), recover (distillation), then keep
         the result only if the evaluation corpus confirms the budget; otherwise tighten the
-        validation target and allocate again. Returns the choice, its down_proj weights and its
-        quality on the evaluation corpus."""
+        validation target and allocate again. Returns the choice, its down_proj weights, its
+        quality on the evaluation corpus and whether those weights are distilled."""
         budget = self.s.budget(tier)
         headroom = dict(self.s.distill_headroom).get(tier, 1.0) if self.s.distill_epochs else 1.0
         target = budget * headroom
@@ -181,15 +188,15 @@ class Builder:
             choice = choose(
                 sens, self.validator, target, cut, removed, self.s.search_tries, max_share
             )
-            down, applied = recover(choice)
+            down, applied, distilled = recover(choice)
             quality = self.evaluator.evaluate(applied, desc=f"{tier} on eval").as_dict()
             if quality["ppl_delta"] <= budget:
-                return choice, down, quality
+                return choice, down, quality, distilled
             target *= 0.75
         # Nothing confirmed: no cut at all, which meets any budget. (A search at a zero
         # allowance could still take layers whose measured cost was noise.)
         choice = Choice({i: 0.0 for i in sens.layers}, 0.0, 0.0)
-        return choice, {}, self.evaluator.evaluate(desc=f"{tier} on eval").as_dict()
+        return choice, {}, self.evaluator.evaluate(desc=f"{tier} on eval").as_dict(), False
 
     def _distilled(
         self,
@@ -256,21 +263,17 @@ class Builder:
                 / total
             )
 
-        last: dict[str, bool] = {}
-
-        def recover(choice: Choice) -> tuple[Weights, AbstractContextManager[None]]:
+        def recover(choice: Choice) -> tuple[Weights, AbstractContextManager[None], bool]:
             keep = static_keeps(self.model, grams, choice.shares, protect)
             start = {
                 i: repaired_weight(projection(layers[i], "mlp").weight.detach(), grams[i], k)
                 for i, k in keep.items()
             }
             down = self._distilled(choice, start, keep, lambda w: swapped(self.model, w))
-            last["distilled"] = down is not start
-            return down, swapped(self.model, down)
+            return down, swapped(self.model, down), down is not start
 
-        choice, down, quality = self._fit(sens, cut, removed, "masked", recover)
+        choice, down, quality, distilled = self._fit(sens, cut, removed, "masked", recover)
         keep = static_keeps(self.model, grams, choice.shares, protect)
-        distilled = bool(down) and last.get("distilled", False)
         val_after = self.validator.evaluate(swapped(self.model, down)).ppl_delta
         folder = self.out / "masked"
         save_masked(folder, keep, down, {"model": self.name, "dense_dir": str(self.model_dir)})
@@ -336,9 +339,7 @@ class Builder:
         def with_weights(th: dict[int, float]) -> Callable[[Weights], AbstractContextManager[None]]:
             return lambda w: _both(swapped(self.model, w), activation_threshold(self.model, th))
 
-        last: dict[str, bool] = {}
-
-        def recover(choice: Choice) -> tuple[Weights, AbstractContextManager[None]]:
+        def recover(choice: Choice) -> tuple[Weights, AbstractContextManager[None], bool]:
             th = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
             start = {i: projection(layers[i], "mlp").weight.detach().clone() for i in th}
             down = self._distilled(
@@ -348,10 +349,9 @@ class Builder:
                 with_weights(th),
                 student_cut=lambda student: activation_threshold(student, th),
             )
-            last["distilled"] = down is not start
-            return down, with_weights(th)(down)
+            return down, with_weights(th)(down), down is not start
 
-        choice, down, quality = self._fit(
+        choice, down, quality, distilled = self._fit(
             sens,
             cut,
             lambda sh: sum(sh.values()) / self.layers,
@@ -360,9 +360,8 @@ class Builder:
             max_share=0.95,
         )
         thresholds = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
-        distilled = bool(down) and last.get("distilled", False)
         if not distilled:
-            down = {}
+            down = {}  # the dense weights: nothing to store
         folder = save_dynamic(self.out / "dynamic", thresholds, down)
         val_after = self.validator.evaluate(with_weights(thresholds)(down)).ppl_delta
         sparsity = self._measured_sparsity(thresholds)
@@ -447,10 +446,12 @@ class Builder:
         folder = self.out / "sparse24"
         _save_24(folder, self.model, chosen, norms)
         mlp_total = sum(
-            _lin(layer, p).weight.numel() for layer in decoder_layers(self.model) for p in MLP_PROJ
+            linear(layer, p).weight.numel()
+            for layer in decoder_layers(self.model)
+            for p in MLP_PROJ
         )
         mlp_24 = sum(
-            _lin(decoder_layers(self.model)[i], p).weight.numel()
+            linear(decoder_layers(self.model)[i], p).weight.numel()
             for i, p in chosen
             if p in MLP_PROJ
         )
@@ -478,10 +479,6 @@ def _both(
     return stack
 
 
-def _lin(layer: Any, name: str) -> torch.nn.Linear:
-    return getattr(layer.mlp if name in MLP_PROJ else layer.self_attn, name)
-
-
 def _save_24(folder: Path, model: Any, units: list[tuple[int, str]], norms: dict) -> None:
     """Compressed 2:4 storage: the 2 kept values of every group of 4 and their positions."""
     from safetensors.torch import save_file
@@ -490,7 +487,7 @@ def _save_24(folder: Path, model: Any, units: list[tuple[int, str]], norms: dict
     tensors = {}
     layers = decoder_layers(model)
     for i, p in units:
-        w = _lin(layers[i], p).weight.detach()
+        w = linear(layers[i], p).weight.detach()
         keep = mask_24(w, norms[(i, p)]).view(w.shape[0], -1, 4)
         idx = keep.nonzero()[:, 2].view(w.shape[0], -1, 2).to(torch.uint8)
         vals = w.view(w.shape[0], -1, 4).gather(-1, idx.long())
@@ -511,7 +508,7 @@ def load_sparse24(model: Any, folder: Path) -> Any:
         names = {k.rsplit(".", 1)[0] for k in f.keys()}  # noqa: SIM118
         for name in names:
             _, i, p = name.split(".")
-            lin = _lin(layers[int(i)], p)
+            lin = linear(layers[int(i)], p)
             vals = f.get_tensor(f"{name}.values").view(lin.weight.shape[0], -1, 2)
             idx = f.get_tensor(f"{name}.indices").view(lin.weight.shape[0], -1, 2).long()
             w = torch.zeros(lin.weight.shape[0], lin.weight.shape[1] // 4, 4, dtype=vals.dtype)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from zerolayer.collapse.silence_map import SilenceMap
 
-__all__ = ["draw_png", "draw_html", "encode_u8"]
+__all__ = ["draw_png", "draw_html", "encode_u8", "save_figure"]
 
 
 def draw_png(smap: SilenceMap, path: Path, quantile: float | None = None) -> Path:
@@ -44,10 +45,17 @@ def draw_png(smap: SilenceMap, path: Path, quantile: float | None = None) -> Pat
         f"x {smap.meta.get('seq_len', '?')} tokens of "
         f"{smap.meta.get('corpus', {}).get('name', '?')}"
     )
+    return save_figure(fig, path, dpi=90)
+
+
+def save_figure(fig: Any, path: Path, dpi: int) -> Path:
+    """Lay out, write (creating the folder) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from zerolayer.collapse.draw import save_figure
 from zerolayer.collapse.silence_map import SilenceMap
 
 __all__ = ["compare", "draw_drift"]
@@ -94,12 +95,7 @@ def draw_drift(report: dict[str, Any], path: Path) -> Path:
         row[1].invert_yaxis()
         row[1].set_title("silence ratio change")
         row[1].set_xlabel("new - stored")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=80)
 
 
 def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:

@@ -14,13 +14,14 @@ from tqdm.auto import tqdm
 
 from zerolayer.collapse.model import decoder_layers, removing
 
-__all__ = ["MLP_PROJ", "ATTN_PROJ", "input_norms", "mask_24", "is_24", "sparsified"]
+__all__ = ["MLP_PROJ", "ATTN_PROJ", "linear", "input_norms", "mask_24", "is_24", "sparsified"]
 
 MLP_PROJ = ("gate_proj", "up_proj", "down_proj")
 ATTN_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-def _linear(layer: Any, name: str) -> torch.nn.Linear:
+def linear(layer: Any, name: str) -> torch.nn.Linear:
+    """A decoder layer's projection by name (gate_proj ... o_proj)."""
     return getattr(layer.mlp if name in MLP_PROJ else layer.self_attn, name)
 
 
@@ -40,7 +41,7 @@ def input_norms(
                 a = args[0].reshape(-1, args[0].shape[-1]).double()
                 sums[key] = sums.get(key, 0) + (a * a).sum(0)
 
-            handles.append(_linear(layer, name).register_forward_pre_hook(hook))
+            handles.append(linear(layer, name).register_forward_pre_hook(hook))
     with removing(handles):
         for ids in tqdm(windows, desc="input norms", unit="sample", disable=not progress):
             model(torch.tensor([ids]), use_cache=False)
@@ -74,10 +75,10 @@ def sparsified(
     try:
         with torch.no_grad():
             for i, name in units:
-                lin = _linear(layers[i], name)
+                lin = linear(layers[i], name)
                 saved[(i, name)] = lin.weight.data.clone()
                 lin.weight.data.mul_(mask_24(lin.weight.data, norms[(i, name)]))
         yield
     finally:
         for (i, name), w in saved.items():
-            _linear(layers[i], name).weight.data.copy_(w)
+            linear(layers[i], name).weight.data.copy_(w)
