@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-from zerolayer.collapse.artifacts import load_dynamic, load_masked, load_pruned
-from zerolayer.collapse.build import Builder, BuildSettings, load_sparse24
+from zerolayer.collapse.artifacts import load_dynamic, load_masked, load_pruned, load_sparse24
+from zerolayer.collapse.build import Builder, BuildSettings
 from zerolayer.collapse.corpus import pydoc_corpus
 from zerolayer.collapse.model import load_model
 from zerolayer.collapse.sparse24 import is_24

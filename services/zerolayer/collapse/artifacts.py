@@ -28,7 +28,11 @@ __all__ = [
     "load_pruned",
     "narrow_mlp",
     "save_dynamic",
+    "read_dynamic",
     "load_dynamic",
+    "save_sparse24",
+    "read_sparse24",
+    "load_sparse24",
 ]
 
 TOKENIZER_FILES = (
@@ -56,7 +60,7 @@ def save_masked(
     return folder
 
 
-def _read_masks(folder: Path) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+def read_masks(folder: Path) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
     from safetensors import safe_open
 
     keep, down = {}, {}
@@ -73,7 +77,7 @@ def _read_masks(folder: Path) -> tuple[dict[int, torch.Tensor], dict[int, torch.
 @torch.no_grad()
 def apply_masked(model: Any, folder: Path) -> Any:
     """Apply a masked artifact to a loaded dense model in place (removed channels contribute 0)."""
-    keep, down = _read_masks(folder)
+    keep, down = read_masks(folder)
     layers = decoder_layers(model)
     for i, mask in keep.items():
         w = layers[i].mlp.down_proj.weight
@@ -101,20 +105,80 @@ def save_dynamic(folder: Path, thresholds: dict[int, float], down: dict[int, tor
     return folder
 
 
+def read_dynamic(folder: Path) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
+    """A dynamic artifact's per-layer thresholds and distilled down_proj weights."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    body = json.loads((folder / "thresholds.json").read_text())
+    thresholds = {int(i): float(t) for i, t in body["thresholds"].items()}
+    down = {
+        int(k.split(".")[1]): w for k, w in load_file(str(folder / "down_proj.safetensors")).items()
+    }
+    return thresholds, down
+
+
 @torch.no_grad()
 def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, dict[int, float]]:
     """The dense checkpoint with a dynamic artifact's weights, and its per-layer thresholds
     (apply them with collapse.ablate.activation_threshold, or an engine's own kernel)."""
-    from safetensors import safe_open
+    model = load_model(dense_dir)
+    thresholds, down = read_dynamic(folder)
+    layers = decoder_layers(model)
+    for i, w in down.items():
+        layers[i].mlp.down_proj.weight.copy_(w)
+    return model, thresholds
+
+
+def save_sparse24(folder: Path, weights: dict[tuple[int, str], torch.Tensor]) -> None:
+    """Compressed 2:4 storage of already 2:4-pruned weights: per (layer, projection) the 2 kept
+    values of every group of 4 inputs and their positions (sparse24.safetensors)."""
+    from safetensors.torch import save_file
 
     folder = Path(folder)
-    model = load_model(dense_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for (i, p), w in weights.items():
+        groups = w.reshape(w.shape[0], -1, 4)
+        # the two largest |w| of each group: the kept ones (ties with zeros pick any zero)
+        idx = groups.abs().topk(2, dim=-1).indices.sort(-1).values
+        vals = groups.gather(-1, idx)
+        tensors[f"layers.{i}.{p}.values"] = vals.reshape(w.shape[0], -1).contiguous()
+        tensors[f"layers.{i}.{p}.indices"] = (
+            idx.to(torch.uint8).reshape(w.shape[0], -1).contiguous()
+        )
+    save_file(tensors, str(folder / "sparse24.safetensors"))
+
+
+def read_sparse24(
+    folder: Path, shapes: dict[tuple[int, str], tuple[int, int]] | None = None
+) -> dict[tuple[int, str], torch.Tensor]:
+    """The dense 2:4 weights of a sparse24 artifact, by (layer, projection)."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(Path(folder) / "sparse24.safetensors"), framework="pt") as f:
+        names = sorted({k.rsplit(".", 1)[0] for k in f.keys()})  # noqa: SIM118
+        for name in names:
+            _, i, p = name.split(".")
+            vals = f.get_tensor(f"{name}.values")
+            rows = vals.shape[0]
+            vals = vals.view(rows, -1, 2)
+            idx = f.get_tensor(f"{name}.indices").view(rows, -1, 2).long()
+            w = torch.zeros(rows, vals.shape[1], 4, dtype=vals.dtype)
+            out[(int(i), p)] = w.scatter_(-1, idx, vals).view(rows, -1)
+    return out
+
+
+@torch.no_grad()
+def load_sparse24(model: Any, folder: Path) -> Any:
+    """Apply a sparse24 artifact to a loaded dense model in place."""
+    from zerolayer.collapse.sparse24 import linear
+
     layers = decoder_layers(model)
-    with safe_open(str(folder / "down_proj.safetensors"), framework="pt") as f:
-        for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-            layers[int(name.split(".")[1])].mlp.down_proj.weight.copy_(f.get_tensor(name))
-    body = json.loads((folder / "thresholds.json").read_text())
-    return model, {int(i): float(t) for i, t in body["thresholds"].items()}
+    for (i, p), w in read_sparse24(folder).items():
+        linear(layers[i], p).weight.copy_(w)
+    return model
 
 
 def narrow_mlp(mlp: Any, width: int) -> None:
@@ -133,7 +197,7 @@ def save_pruned(folder: Path, dense_dir: Path, masked_folder: Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model = load_model(dense_dir)
-    keep, down = _read_masks(masked_folder)
+    keep, down = read_masks(masked_folder)
     layers = decoder_layers(model)
     widths = []
     for i, layer in enumerate(layers):

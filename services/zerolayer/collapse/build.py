@@ -29,7 +29,7 @@ from zerolayer.collapse.allocate import (
     static_cut,
     static_keeps,
 )
-from zerolayer.collapse.artifacts import save_dynamic, save_masked, save_pruned
+from zerolayer.collapse.artifacts import save_dynamic, save_masked, save_pruned, save_sparse24
 from zerolayer.collapse.calibrate import calibrate, capture_inputs
 from zerolayer.collapse.corpus import Corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
@@ -444,7 +444,14 @@ class Builder:
             best = lo
         chosen = expand(order[:best])
         folder = self.out / "sparse24"
-        _save_24(folder, self.model, chosen, norms)
+        layers = decoder_layers(self.model)
+        save_sparse24(
+            folder,
+            {
+                (i, p): (w := linear(layers[i], p).weight.detach()) * mask_24(w, norms[(i, p)])
+                for i, p in chosen
+            },
+        )
         mlp_total = sum(
             linear(layer, p).weight.numel()
             for layer in decoder_layers(self.model)
@@ -477,40 +484,3 @@ def _both(
     stack.enter_context(first)
     stack.enter_context(second)
     return stack
-
-
-def _save_24(folder: Path, model: Any, units: list[tuple[int, str]], norms: dict) -> None:
-    """Compressed 2:4 storage: the 2 kept values of every group of 4 and their positions."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    layers = decoder_layers(model)
-    for i, p in units:
-        w = linear(layers[i], p).weight.detach()
-        keep = mask_24(w, norms[(i, p)]).view(w.shape[0], -1, 4)
-        idx = keep.nonzero()[:, 2].view(w.shape[0], -1, 2).to(torch.uint8)
-        vals = w.view(w.shape[0], -1, 4).gather(-1, idx.long())
-        tensors[f"layers.{i}.{p}.values"] = vals.reshape(w.shape[0], -1).contiguous()
-        tensors[f"layers.{i}.{p}.indices"] = idx.reshape(w.shape[0], -1).contiguous()
-    save_file(tensors, str(folder / "sparse24.safetensors"))
-
-
-def load_sparse24(model: Any, folder: Path) -> Any:
-    """Apply a sparse24 artifact to a loaded dense model in place."""
-    from safetensors import safe_open
-
-    layers = decoder_layers(model)
-    with (
-        safe_open(str(Path(folder) / "sparse24.safetensors"), framework="pt") as f,
-        torch.no_grad(),
-    ):
-        names = {k.rsplit(".", 1)[0] for k in f.keys()}  # noqa: SIM118
-        for name in names:
-            _, i, p = name.split(".")
-            lin = linear(layers[int(i)], p)
-            vals = f.get_tensor(f"{name}.values").view(lin.weight.shape[0], -1, 2)
-            idx = f.get_tensor(f"{name}.indices").view(lin.weight.shape[0], -1, 2).long()
-            w = torch.zeros(lin.weight.shape[0], lin.weight.shape[1] // 4, 4, dtype=vals.dtype)
-            lin.weight.copy_(w.scatter_(-1, idx, vals).view_as(lin.weight))
-    return model

@@ -1,0 +1,323 @@
+"""zerolayer's own engine: the torch Llama (engines/llama.py) behind the engine protocol.
+
+One worker thread owns the model and runs a continuous-batching loop: each step first prefills
+waiting requests (up to a token budget, at least one), then decodes one token for every running
+sequence in a single batched forward. Keys and values stay in a slot cache, one slot per running
+sequence; finished sequences give their slot to the last one, so running slots are always 0..n-1.
+Tokens reach each request's async iterator through its event loop as soon as they are sampled.
+Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
+max_tokens is reserved up front, so no running sequence ever has to be pre-empted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zerolayer.engines.base import SamplingSpec, TokenDelta
+
+__all__ = ["TorchEngine"]
+
+log = logging.getLogger(__name__)
+
+_GREEDY_BELOW = 1e-5
+
+
+@dataclass
+class _Request:
+    spec: SamplingSpec
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    generator: torch.Generator | None = None
+    output: list[int] = field(default_factory=list)
+    sent_text: str = ""
+    position: int = 0  # tokens in the cache
+    cancelled: bool = False
+    finished: bool = False
+
+    def worst_length(self) -> int:
+        return len(self.spec.prompt_token_ids) + self.spec.max_tokens
+
+    def send(self, item: Any) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+class TorchEngine:
+    """Serves one tier artifact with the torch Llama; see the module doc for the scheduling."""
+
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        artifact: str = "dense",
+        artifact_dir: str | None = None,
+        dtype: str = "float32",
+        device: str = "auto",
+        max_model_len: int = 2048,
+        max_num_seqs: int = 32,
+        kv_cache_gib: float = 2.0,
+        threads: int | None = None,
+        prefill_tokens: int = 1024,
+        device_budget_gib: float | None = None,
+        offload_layers: int | None = None,
+        sparse_min_tokens: int = 256,
+    ):
+        self.model_dir = model_dir
+        self.artifact = artifact
+        self.artifact_dir = artifact_dir
+        self.dtype = getattr(torch, dtype)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs
+        self.kv_bytes = int(kv_cache_gib * (1 << 30))
+        self.threads = threads
+        self.prefill_tokens = prefill_tokens
+        self.device_budget = None if device_budget_gib is None else int(device_budget_gib * 2**30)
+        self.offload_layers = offload_layers
+        self.sparse_min_tokens = sparse_min_tokens
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.eos: set[int] = set()
+        self._inbox: queue.Queue[_Request | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self.counters = {"requests": 0, "steps": 0, "prefills": 0, "generated": 0, "max_batch": 0}
+
+    # lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(target=self._run, name="torch-engine", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        from transformers import AutoTokenizer
+
+        from zerolayer.engines.llama import load_llama
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        self.model = load_llama(
+            self.model_dir,
+            self.artifact,
+            self.artifact_dir,
+            device=self.device,
+            dtype=self.dtype,
+            max_len=self.max_model_len,
+            sparse_min_tokens=self.sparse_min_tokens,
+            device_budget_bytes=self.device_budget,
+            offload_layers=self.offload_layers,
+        )
+        tok_dir = self.artifact_dir if self.artifact == "pruned" else self.model_dir
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        self.eos = _eos_ids(Path(str(tok_dir)), self.tokenizer)
+
+    async def shutdown(self) -> None:
+        if self._thread is not None:
+            self._inbox.put(None)
+            await asyncio.to_thread(self._thread.join, 30)
+            self._thread = None
+        self.model = None
+
+    async def check_health(self) -> None:
+        if self.model is None or self._thread is None:
+            raise RuntimeError("engine not started")
+        if self._failure is not None or not self._thread.is_alive():
+            raise RuntimeError(f"engine loop stopped: {self._failure!r}")
+
+    async def stats(self) -> dict[str, Any]:
+        report = self.model.report.as_dict() if self.model is not None else {}
+        return {"engine": "torch", "model_dir": self.model_dir, **report, **self.counters}
+
+    def info(self) -> dict[str, Any]:
+        """What the tier card shows about this engine on this machine."""
+        r = self.model.report
+        return {
+            "engine": "torch",
+            "device": r.device,
+            "dtype": r.dtype,
+            "hardware_sparsity": r.sparse24_hardware,
+            "sparsity_note": r.sparse24_note,
+            "offload": r.offloaded_layers > 0,
+            "offloaded_layers": r.offloaded_layers,
+            "latency_mode": r.thresholds > 0,
+        }
+
+    # requests ----------------------------------------------------------------------------------
+    async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
+        if self._thread is None:
+            raise RuntimeError("engine not started")
+        if self._failure is not None:
+            raise RuntimeError(f"engine loop stopped: {self._failure!r}")
+        req = _Request(spec, asyncio.get_running_loop(), asyncio.Queue())
+        if spec.temperature >= _GREEDY_BELOW:
+            req.generator = torch.Generator()
+            req.generator.manual_seed(
+                spec.seed if spec.seed is not None else int.from_bytes(os.urandom(8), "little")
+            )
+        self.counters["requests"] += 1
+        self._inbox.put(req)
+        try:
+            while True:
+                item = await req.out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            req.cancelled = True  # the worker drops it at its next step
+
+    # worker ------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        from zerolayer.engines.llama import SlotCache
+
+        cache = SlotCache(self.model.shape, self.dtype, self.device, self.max_model_len)
+        running: list[_Request] = []
+        waiting: list[_Request] = []
+        try:
+            while True:
+                if not self._take(waiting, block=not running and not waiting):
+                    break
+                self._admit(waiting, running, cache)
+                running[:] = self._drop(running, cache)
+                if running:
+                    self._decode(running, cache)
+                    running[:] = self._drop(running, cache)
+        except BaseException as exc:  # report to every caller, never hang them
+            log.exception("torch engine loop failed")
+            self._failure = exc
+            for req in running + waiting:
+                req.send(RuntimeError(f"engine failure: {exc!r}"))
+
+    def _take(self, waiting: list[_Request], block: bool) -> bool:
+        """Move new requests into waiting; False when asked to stop."""
+        try:
+            item = self._inbox.get(timeout=1.0) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if item is None:
+                return False
+            waiting.append(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _admit(self, waiting: list[_Request], running: list[_Request], cache: Any) -> None:
+        budget = self.prefill_tokens
+        waiting[:] = [r for r in waiting if not r.cancelled]
+        while waiting and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            n = len(req.spec.prompt_token_ids)
+            if running and n > budget:
+                break
+            longest = max([r.worst_length() for r in running] + [req.worst_length()])
+            if running and cache.bytes_for(len(running) + 1, longest) > self.kv_bytes:
+                break
+            waiting.pop(0)
+            slot = len(running)
+            cache.ensure(slot + 1, min(longest, self.max_model_len))
+            logits = self.model.prefill(req.spec.prompt_token_ids, slot, cache)
+            self.counters["prefills"] += 1
+            req.position = n
+            running.append(req)
+            self._emit(req, int(self._sample(req, logits)))
+            budget -= n
+
+    def _decode(self, running: list[_Request], cache: Any) -> None:
+        tokens = [r.output[-1] for r in running]
+        positions = [r.position for r in running]
+        logits = self.model.decode(tokens, positions, cache)
+        self.counters["steps"] += 1
+        self.counters["max_batch"] = max(self.counters["max_batch"], len(running))
+        greedy = logits.argmax(-1).tolist()
+        for j, req in enumerate(running):
+            req.position += 1
+            tok = greedy[j] if req.generator is None else self._sample(req, logits[j])
+            self._emit(req, int(tok))
+
+    def _drop(self, running: list[_Request], cache: Any) -> list[_Request]:
+        """Remove finished and cancelled sequences, moving the last slot into each hole."""
+        out = list(running)
+        j = 0
+        while j < len(out):
+            if out[j].finished or out[j].cancelled:
+                last = out.pop()
+                if j < len(out):
+                    cache.move(len(out), j, last.position)
+                    out[j] = last
+                continue
+            j += 1
+        return out
+
+    def _sample(self, req: _Request, logits: torch.Tensor) -> int:
+        s = req.spec
+        if req.generator is None:
+            return int(logits.argmax())
+        probs = torch.softmax(logits.float() / s.temperature, dim=-1)
+        if s.top_p < 1.0:
+            sorted_p, order = probs.sort(descending=True)
+            drop = sorted_p.cumsum(0) - sorted_p > s.top_p
+            sorted_p[drop] = 0
+            probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
+        return int(torch.multinomial(probs.cpu(), 1, generator=req.generator))
+
+    def _emit(self, req: _Request, token: int) -> None:
+        if req.cancelled:
+            req.finished = True
+            return
+        req.output.append(token)
+        self.counters["generated"] += 1
+        finish = None
+        if token in self.eos:
+            finish = "stop"
+        elif len(req.output) >= req.spec.max_tokens or req.position + 1 >= self.max_model_len:
+            finish = "length"
+        text = self.tokenizer.decode(req.output, skip_special_tokens=True)
+        hit = _first_stop(text, req.spec.stop, len(req.sent_text))
+        if hit is not None:
+            text, finish = text[:hit], "stop"
+        elif finish is None and text.endswith("\ufffd"):
+            text = req.sent_text  # an incomplete UTF-8 sequence: wait for the next token
+        new = text[len(req.sent_text) :]
+        req.sent_text = text
+        if finish is not None:
+            req.finished = True
+        req.send(TokenDelta(new, [token], finish))
+
+
+def _first_stop(text: str, stops: list[str], sent: int) -> int | None:
+    """Where the earliest stop string begins, if one ends past what was already sent."""
+    best = None
+    for s in stops:
+        at = text.find(s, max(0, sent - len(s) + 1))
+        if at >= 0 and (best is None or at < best):
+            best = at
+    return best
+
+
+def _eos_ids(folder: Path, tokenizer: Any) -> set[int]:
+    """End-of-sequence ids from generation_config.json, config.json and the tokenizer."""
+    import json
+
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.exists():
+            value = json.loads(path.read_text()).get("eos_token_id")
+            ids.update(value if isinstance(value, list) else [value] if value is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
