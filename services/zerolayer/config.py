@@ -15,6 +15,8 @@ from zerolayer.errors import ConfigError
 
 __all__ = [
     "ModelSource",
+    "AutoscalingConfig",
+    "ActorOptions",
     "TierConfig",
     "CollapseConfig",
     "ModelConfig",
@@ -52,26 +54,108 @@ class ModelSource(_Strict):
         return self
 
 
-class TierConfig(_Strict):
-    """How one tier of one model is served."""
+class AutoscalingConfig(_Strict):
+    """Ray Serve autoscaling of one tier's replicas."""
 
-    engine: Literal["vllm", "fake"] = Field(
-        default="vllm", description="Engine behind the tier; 'fake' is for tests only"
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas (0: scale to zero)")
+    max_replicas: int = Field(default=1, ge=1, description="Most replicas")
+    initial_replicas: int | None = Field(default=None, ge=0, description="Replicas at deploy")
+    target_ongoing_requests: float = Field(
+        default=16, gt=0, description="Requests per replica the autoscaler aims for"
+    )
+    upscale_delay_s: float = Field(default=10.0, ge=0, description="Wait before adding replicas")
+    downscale_delay_s: float = Field(default=120.0, ge=0, description="Wait before removing")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas {self.min_replicas} is above max_replicas {self.max_replicas}"
+            )
+        init = self.initial_replicas
+        if init is not None and not self.min_replicas <= init <= self.max_replicas:
+            raise ValueError(
+                f"initial_replicas {init} is outside [{self.min_replicas}, {self.max_replicas}]"
+            )
+        return self
+
+
+class ActorOptions(_Strict):
+    """Resources Ray reserves for each replica of a tier."""
+
+    num_cpus: float = Field(default=0.5, ge=0, description="Logical CPUs per replica")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per replica")
+
+
+ARTIFACTS = ("dense", "masked", "pruned", "dynamic", "sparse24")
+ENGINE_ARTIFACTS = {
+    "vllm": ("dense", "masked", "pruned"),
+    "torch": ARTIFACTS,
+    "fake": ARTIFACTS,
+}
+
+
+class TierConfig(_Strict):
+    """How one tier of one model is served: its artifact, engine, scaling and resources."""
+
+    engine: Literal["vllm", "torch", "fake"] = Field(
+        default="vllm",
+        description="vllm, or zerolayer's torch engine (thresholds, 2:4, offload); 'fake' is "
+        "for tests only",
+    )
+    artifact: Literal["dense", "masked", "pruned", "dynamic", "sparse24"] = Field(
+        default="dense",
+        description="What the tier serves: the dense model or a collapse artifact (on vllm, "
+        "'masked' is served through its pruned checkpoint)",
+    )
+    artifact_dir: str | None = Field(
+        default=None, description="Artifact folder; default <artifacts_dir>/<model>/<kind>"
     )
     dtype: str = Field(default="float32", description="Weights/activations dtype in the engine")
-    replicas: int = Field(default=1, ge=1, description="Ray Serve replicas of this tier")
     max_ongoing_requests: int = Field(
         default=64, ge=1, description="Requests one replica accepts at once"
     )
-    num_cpus: float = Field(default=0.5, ge=0, description="Logical CPUs Ray reserves per replica")
-    num_gpus: float = Field(default=0.0, ge=0, description="GPUs Ray reserves per replica")
-    kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size (vllm-cpu), GiB")
+    autoscaling_config: AutoscalingConfig = Field(
+        default_factory=AutoscalingConfig, description="Ray Serve autoscaling of the replicas"
+    )
+    ray_actor_options: ActorOptions = Field(
+        default_factory=ActorOptions, description="Resources per replica"
+    )
+    kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size, GiB")
     gpu_memory_utilization: float = Field(
         default=0.85, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only)"
+    )
+    device: str = Field(default="auto", description="torch engine: cuda, cpu or auto")
+    threads: int | None = Field(default=None, ge=1, description="torch engine: CPU threads")
+    device_budget_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="torch engine: device memory for weights; layers beyond it are offloaded "
+        "to pinned host memory and copied in ahead of use",
+    )
+    sparse_min_tokens: int = Field(
+        default=256, ge=1, description="torch engine: smallest step that uses 2:4 kernels"
     )
     fake_script: list[str] | None = Field(
         default=None, description="Tokens a fake engine replies with (tests only)"
     )
+
+    @model_validator(mode="after")
+    def _engine_serves_artifact(self) -> TierConfig:
+        if self.artifact not in ENGINE_ARTIFACTS[self.engine]:
+            raise ValueError(
+                f"engine {self.engine} cannot serve artifact {self.artifact!r} "
+                f"(it serves {', '.join(ENGINE_ARTIFACTS[self.engine])}; use engine torch)"
+            )
+        return self
+
+    def build_tier(self) -> str | None:
+        """The collapse build tier that produces this tier's artifact (None: dense)."""
+        if self.artifact == "dense":
+            return None
+        if self.engine == "vllm" and self.artifact == "masked":
+            return "pruned"
+        return self.artifact
 
 
 class CollapseConfig(_Strict):
@@ -167,6 +251,13 @@ class PlatformConfig(_Strict):
     host: str = Field(default="127.0.0.1", description="Address the HTTP proxy binds")
     port: int = Field(default=8000, description="Port of the HTTP proxy")
     cache_dir: str = Field(description="Imported models and artifacts live here")
+    artifacts_dir: str | None = Field(
+        default=None, description="Collapse artifacts; default <cache>/artifacts"
+    )
+    build_missing_artifacts: bool = Field(
+        default=True,
+        description="Build tier artifacts that are missing when the platform starts (else fail)",
+    )
     dev_plan: str = Field(default="pro", description="Plan of the key `zerolayer up` prints")
     dev_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps its key; default <cache>/dev-key"
@@ -199,6 +290,22 @@ class PlatformConfig(_Strict):
         if source.kind == "hf-dir":
             return Path(source.path or "").expanduser()
         return Path(self.cache_dir) / "models" / model
+
+    def artifact_root(self, model: str) -> Path:
+        """Folder of a model's collapse artifacts: <artifacts_dir>/<model>."""
+        return Path(self.artifacts_dir or Path(self.cache_dir) / "artifacts") / model
+
+    def artifact_dir(self, model: str, tier: str) -> Path | None:
+        """Folder a tier loads its artifact from (None for the dense model)."""
+        tc = self.models[model].tiers[tier]
+        kind = tc.build_tier()
+        if kind is None:
+            return None
+        return (
+            Path(tc.artifact_dir).expanduser()
+            if tc.artifact_dir
+            else self.artifact_root(model) / kind
+        )
 
     def redis_data_dir(self) -> Path:
         """Data directory of the embedded Redis."""
@@ -239,6 +346,8 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         out["dev_plan"] = env["ZEROLAYER_DEV_PLAN"]
     if env.get("ZEROLAYER_CACHE_DIR"):
         out["cache_dir"] = env["ZEROLAYER_CACHE_DIR"]
+    if env.get("ZEROLAYER_ARTIFACTS_DIR"):
+        out["artifacts_dir"] = env["ZEROLAYER_ARTIFACTS_DIR"]
     redis: dict[str, Any] = {}
     if env.get("REDIS_URL"):
         redis["url"] = env["REDIS_URL"]

@@ -13,8 +13,8 @@ __all__ = ["add_parser", "artifacts_dir", "layer_sensitivity"]
 
 
 def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
-    """Where a model's collapse artifacts live: <cache>/artifacts/<model>."""
-    return Path(cfg.cache_dir) / "artifacts" / model
+    """Where a model's collapse artifacts live: <artifacts_dir>/<model>."""
+    return cfg.artifact_root(model)
 
 
 def _corpus(args: argparse.Namespace, split: str, cfg: PlatformConfig) -> Any:

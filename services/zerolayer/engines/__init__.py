@@ -1,4 +1,5 @@
-"""Engines behind one async protocol: vLLM for real models, a scripted fake for unit tests."""
+"""Engines behind one async protocol: vLLM, zerolayer's torch engine (every tier artifact), and a
+scripted fake for unit tests."""
 
 from __future__ import annotations
 
@@ -13,14 +14,33 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "SamplingSpec", "TokenDelta", "FakeEngine", "build_engine"]
 
 
-def build_engine(model_dir: str, tier: TierConfig, max_model_len: int) -> Engine:
-    """The engine a tier's config names."""
+def build_engine(
+    model_dir: str, tier: TierConfig, max_model_len: int, artifact_dir: str | None = None
+) -> Engine:
+    """The engine a tier's config names, loading the tier's artifact from artifact_dir."""
     if tier.engine == "fake":
         return FakeEngine(tier.fake_script)
+    if tier.engine == "torch":
+        from zerolayer.engines.torch_engine import TorchEngine
+
+        return TorchEngine(
+            model_dir,
+            artifact=tier.artifact,
+            artifact_dir=artifact_dir,
+            dtype=tier.dtype,
+            device=tier.device,
+            max_model_len=max_model_len,
+            max_num_seqs=tier.max_ongoing_requests,
+            kv_cache_gib=tier.kv_cache_gib,
+            threads=tier.threads,
+            device_budget_gib=tier.device_budget_gib,
+            sparse_min_tokens=tier.sparse_min_tokens,
+        )
     from zerolayer.engines.vllm_engine import VLLMEngine
 
+    # vLLM serves the dense checkpoint or a pruned one (its per-layer widths via the plugin)
     return VLLMEngine(
-        model_dir,
+        artifact_dir if tier.artifact in ("masked", "pruned") and artifact_dir else model_dir,
         dtype=tier.dtype,
         max_model_len=max_model_len,
         kv_cache_gib=tier.kv_cache_gib,

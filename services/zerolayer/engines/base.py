@@ -33,7 +33,7 @@ class TokenDelta:
 
 @runtime_checkable
 class Engine(Protocol):
-    """start, generate (async token stream with a finish reason), check_health, stats."""
+    """start, generate (async token stream with a finish reason), check_health, stats, info."""
 
     async def start(self) -> None:
         """Load the model; return when the engine can serve."""
@@ -46,6 +46,10 @@ class Engine(Protocol):
 
     async def stats(self) -> dict[str, Any]:
         """Counters for /metrics and the model card."""
+
+    def info(self) -> dict[str, Any]:
+        """How the engine runs the tier on this machine, for the tier card: engine, device,
+        hardware_sparsity (2:4 on sparse tensor cores), offload (layers in host memory)."""
 
     async def shutdown(self) -> None:
         """Release the engine's processes and memory."""

@@ -56,5 +56,8 @@ class FakeEngine:
     async def stats(self) -> dict[str, Any]:
         return {"engine": "fake", "requests": self.requests, "aborted": len(self.aborted)}
 
+    def info(self) -> dict[str, Any]:
+        return {"engine": "fake", "device": "none", "hardware_sparsity": False, "offload": False}
+
     async def shutdown(self) -> None:
         self.started = False

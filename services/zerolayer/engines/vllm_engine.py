@@ -82,6 +82,17 @@ class VLLMEngine:
     async def stats(self) -> dict[str, Any]:
         return {"engine": "vllm", "model_dir": self.model_dir, "requests": self.requests}
 
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        return {
+            "engine": "vllm",
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "dtype": self.dtype,
+            "hardware_sparsity": False,
+            "offload": False,
+        }
+
     async def shutdown(self) -> None:
         if self._llm is not None:
             self._llm.shutdown()

@@ -33,6 +33,9 @@ class Backend(Protocol):
     async def complete(self, target: str, req: dict[str, Any]) -> dict[str, Any]:
         """The final event of one request, with the whole text."""
 
+    async def cards(self) -> dict[str, dict[str, Any]]:
+        """Tier cards of the served tiers that answered, by '<model>:<tier>'."""
+
 
 KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
 HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
@@ -220,7 +223,7 @@ def create_app(
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         await authorise(request)
-        return {"object": "list", "data": catalog.cards(int(time.time()))}
+        return {"object": "list", "data": catalog.cards(int(time.time()), await backend.cards())}
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

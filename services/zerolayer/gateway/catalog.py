@@ -49,8 +49,11 @@ class Catalog:
         """Bare model ids and '<model>:<tier>' ids, as /v1/models lists them."""
         return [*self.config.models, *self.served()]
 
-    def cards(self, created: int) -> list[dict[str, Any]]:
-        """OpenAI model objects for /v1/models."""
+    def cards(
+        self, created: int, tier_cards: dict[str, dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """OpenAI model objects for /v1/models; each tier with its tier card when known."""
+        tier_cards = tier_cards or {}
         out = []
         for name, model in self.config.models.items():
             out.append(
@@ -73,7 +76,9 @@ class Catalog:
                         "root": name,
                         "tier": tier,
                         "engine": tc.engine,
+                        "artifact": tc.artifact,
                         "max_model_len": model.max_model_len,
+                        "tier_card": tier_cards.get(tier_key(name, tier)),
                     }
                 )
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,7 @@ class HandleBackend:
     def __init__(self, handles: dict[str, DeploymentHandle]):
         self.handles = handles
         self._streams = {k: h.options(stream=True) for k, h in handles.items()}
+        self._cards: dict[str, dict[str, Any]] = {}
 
     async def stream(self, target: str, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         gen = self._streams[target].stream.remote(req)
@@ -38,6 +40,19 @@ class HandleBackend:
 
     async def complete(self, target: str, req: dict[str, Any]) -> dict[str, Any]:
         return await self.handles[target].complete.remote(req)
+
+    async def cards(self) -> dict[str, dict[str, Any]]:
+        """Each tier's card, asked of one of its replicas once and then kept (a tier's artifact
+        and engine do not change while the application runs)."""
+        missing = [t for t in self.handles if t not in self._cards]
+        if missing:
+            got = await asyncio.gather(
+                *(self.handles[t].card.remote() for t in missing), return_exceptions=True
+            )
+            for t, card in zip(missing, got, strict=True):
+                if not isinstance(card, BaseException):
+                    self._cards[t] = card
+        return dict(self._cards)
 
 
 @serve.ingress()

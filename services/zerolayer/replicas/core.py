@@ -39,6 +39,7 @@ class TierReplica:
         self.prompts = prompts
         self.max_model_len = max_model_len
         self.default_max_tokens = default_max_tokens
+        self.card: dict[str, Any] = {"tier": model_id.partition(":")[2]}
 
     async def start(self) -> None:
         """Start the engine."""

@@ -9,6 +9,7 @@ from ray import serve
 
 from zerolayer.config import PlatformConfig
 from zerolayer.engines import build_engine
+from zerolayer.replicas.artifacts import require_artifact, tier_card
 from zerolayer.replicas.core import TierReplica
 from zerolayer.tokenfix.prompt import PromptBuilder
 
@@ -23,7 +24,10 @@ class TierDeployment:
         cfg = PlatformConfig.model_validate(config)
         mcfg = cfg.models[model]
         model_dir = str(cfg.model_dir(model))
-        engine = build_engine(model_dir, mcfg.tiers[tier], mcfg.max_model_len)
+        tc = mcfg.tiers[tier]
+        # a missing artifact fails the replica here, at deploy time, naming the folder
+        folder = None if tc.engine == "fake" else require_artifact(cfg, model, tier)
+        engine = build_engine(model_dir, tc, mcfg.max_model_len, str(folder) if folder else None)
         self.replica = TierReplica(
             f"{model}:{tier}",
             engine,
@@ -32,6 +36,7 @@ class TierDeployment:
             cfg.gateway.default_max_tokens,
         )
         await self.replica.start()
+        self.replica.card = {**tier_card(cfg, model, tier), "serving": engine.info()}
 
     async def stream(self, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Events of one request (streamed through the handle)."""
@@ -46,6 +51,10 @@ class TierDeployment:
         """Called by Ray Serve; raising marks the replica unhealthy and replaces it."""
         await self.replica.check_health()
 
+    async def card(self) -> dict[str, Any]:
+        """The tier card: artifact, measured quality change, and how this replica runs it."""
+        return self.replica.card
+
     async def stats(self) -> dict[str, Any]:
         """Engine counters."""
         return await self.replica.engine.stats()
@@ -57,11 +66,10 @@ def tier_deployment(name: str, cfg: PlatformConfig, model: str, tier: str) -> An
     return serve.deployment(
         TierDeployment,
         name=name,
-        num_replicas=tc.replicas,
         max_ongoing_requests=tc.max_ongoing_requests,
+        autoscaling_config=tc.autoscaling_config.model_dump(exclude_none=True),
         ray_actor_options={
-            "num_cpus": tc.num_cpus,
-            "num_gpus": tc.num_gpus,
+            **tc.ray_actor_options.model_dump(),
             # vLLM's start-up chatter goes to the console through Ray; warnings are enough there.
             "runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING"}},
         },

@@ -26,3 +26,6 @@ class LocalBackend:
 
     async def complete(self, target: str, req: dict[str, Any]) -> dict[str, Any]:
         return await self.replicas[target].complete(req)
+
+    async def cards(self) -> dict[str, dict[str, Any]]:
+        return {target: r.card for target, r in self.replicas.items()}

@@ -13,6 +13,7 @@ import redis
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
+from zerolayer.replicas.artifacts import build_missing
 from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.store.keys import KeyStore
 
@@ -98,6 +99,8 @@ class Platform:
         for name in self.cfg.models:
             self._say(f"model {name}: {self.cfg.model_dir(name)}")
             ensure_model(self.cfg, name)
+            # tier artifacts: built now if missing (or a clear failure), before anything starts
+            build_missing(self.cfg, name, self.log)
         if self.cfg.redis.url is None:
             self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), self.cfg.redis.embedded_port)
             url = self._redis.start()

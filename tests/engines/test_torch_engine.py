@@ -1,0 +1,232 @@
+"""zerolayer's torch engine on the real model: the same tokens as transformers for the dense model
+and every artifact kind, batching that does not change results, streaming, stops, cancellation,
+CPU offload, and 2:4 weights that keep their pattern after load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from zerolayer.collapse.ablate import activation_threshold
+from zerolayer.collapse.artifacts import (
+    load_dynamic,
+    load_masked,
+    load_sparse24,
+    save_dynamic,
+    save_sparse24,
+)
+from zerolayer.collapse.model import decoder_layers, load_model
+from zerolayer.collapse.sparse24 import is_24, mask_24
+from zerolayer.engines.base import SamplingSpec
+from zerolayer.engines.torch_engine import TorchEngine
+
+from tests.engines.conftest import NEW_TOKENS, greedy
+
+SPARSE_UNITS = [(0, "gate_proj"), (1, "down_proj"), (2, "q_proj"), (3, "o_proj"), (4, "up_proj")]
+
+
+@pytest.fixture(scope="module")
+def chats(prompts: Any) -> list[list[int]]:
+    return [
+        prompts.chat([{"role": "user", "content": "What is the capital of France?"}]),
+        prompts.completion("def fibonacci(n):"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def dense(model_dir: Path) -> Any:
+    return load_model(model_dir)
+
+
+async def _collect(engine: TorchEngine, spec: SamplingSpec) -> tuple[list[int], str, str, int]:
+    tokens: list[int] = []
+    text, finish, deltas = "", "", 0
+    async for d in engine.generate(spec):
+        tokens += d.token_ids
+        text += d.text
+        deltas += 1
+        finish = d.finish_reason or finish
+    return tokens, text, finish, deltas
+
+
+def _run(engine: TorchEngine, specs: list[SamplingSpec]) -> list[tuple[list[int], str, str, int]]:
+    """Start the engine, run the requests concurrently, shut it down."""
+
+    async def go() -> list[tuple[list[int], str, str, int]]:
+        await engine.start()
+        try:
+            return await asyncio.gather(*(_collect(engine, s) for s in specs))
+        finally:
+            await engine.shutdown()
+
+    return asyncio.run(go())
+
+
+def _greedy_specs(chats: list[list[int]], n: int = NEW_TOKENS) -> list[SamplingSpec]:
+    return [SamplingSpec(f"r{i}", ids, n, temperature=0.0) for i, ids in enumerate(chats)]
+
+
+def _tokens(engine: TorchEngine, chats: list[list[int]]) -> list[list[int]]:
+    return [r[0] for r in _run(engine, _greedy_specs(chats))]
+
+
+def test_dense_tokens_equal_transformers(model_dir: Path, dense: Any, chats: Any) -> None:
+    expected = [greedy(dense, ids, stop_at_eos=True) for ids in chats]
+    assert _tokens(TorchEngine(str(model_dir), max_model_len=512), chats) == expected
+
+
+def test_masked_and_pruned_give_the_masked_models_tokens(
+    model_dir: Path, pruned_dir: Path, chats: Any
+) -> None:
+    masked_dir = pruned_dir.parent / "masked"
+    expected = [greedy(load_masked(model_dir, masked_dir), ids, stop_at_eos=True) for ids in chats]
+    masked = TorchEngine(
+        str(model_dir), artifact="masked", artifact_dir=str(masked_dir), max_model_len=512
+    )
+    pruned = TorchEngine(
+        str(model_dir), artifact="pruned", artifact_dir=str(pruned_dir), max_model_len=512
+    )
+    assert _tokens(masked, chats) == expected
+    assert _tokens(pruned, chats) == expected
+
+
+def test_concurrent_requests_batch_without_changing_results(model_dir: Path, prompts: Any) -> None:
+    questions = ["Name three colours.", "What is 2+2?", "Say hello.", "Who wrote Hamlet?"]
+    ids = [prompts.chat([{"role": "user", "content": q}]) for q in questions]
+    specs = _greedy_specs(ids * 3, 16)
+    engine = TorchEngine(str(model_dir), max_model_len=512, max_num_seqs=8)
+    together = _run(engine, specs)
+    alone = [_run(TorchEngine(str(model_dir), max_model_len=512), [s])[0] for s in specs[:4]]
+    assert [r[0] for r in together] == [r[0] for r in alone] * 3
+    assert engine.counters["max_batch"] > 1  # they really shared decode steps
+    assert all(r[3] > 1 for r in together)  # streamed, one delta per token or so
+
+
+def test_stops_seeds_and_cancellation(model_dir: Path, prompts: Any) -> None:
+    ids = prompts.chat([{"role": "user", "content": "Count from 1 to 20, separated by commas."}])
+
+    async def go() -> None:
+        engine = TorchEngine(str(model_dir), max_model_len=512)
+        await engine.start()
+        try:
+            full = await _collect(engine, SamplingSpec("a", ids, 40, temperature=0.0))
+            assert full[2] == "length" and len(full[0]) == 40
+            cut_at = full[1].index("5")
+            stopped = await _collect(engine, SamplingSpec("b", ids, 40, 0.0, stop=["5"]))
+            assert stopped[2] == "stop" and stopped[1] == full[1][:cut_at]
+            seeded = [
+                await _collect(engine, SamplingSpec(f"s{i}", ids, 12, 1.0, seed=7))
+                for i in range(2)
+            ]
+            assert seeded[0][0] == seeded[1][0]
+            # a request closed after two deltas frees its slot; the engine keeps serving
+            gen = engine.generate(SamplingSpec("c", ids, 200, temperature=0.0))
+            for _ in range(2):
+                await gen.__anext__()
+            await gen.aclose()
+            again = await _collect(engine, SamplingSpec("d", ids, 40, temperature=0.0))
+            assert again[0] == full[0]
+            await engine.check_health()
+        finally:
+            await engine.shutdown()
+
+    asyncio.run(go())
+
+
+def test_cpu_offload_gives_the_same_tokens(model_dir: Path, chats: Any) -> None:
+    base = _tokens(TorchEngine(str(model_dir), max_model_len=512), chats)
+    engine = TorchEngine(str(model_dir), max_model_len=512, offload_layers=20)
+    assert _tokens(engine, chats) == base
+    budget = TorchEngine(str(model_dir), max_model_len=512, device_budget_gib=0.2)
+    assert _tokens(budget, chats) == base
+
+    async def info() -> dict[str, Any]:
+        await budget.start()
+        try:
+            return budget.info()
+        finally:
+            await budget.shutdown()
+
+    got = asyncio.run(info())
+    assert got["offload"] and got["offloaded_layers"] > 0
+
+
+@pytest.fixture(scope="module")
+def sparse24_dir(dense: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    layers = decoder_layers(dense)
+    weights = {}
+    for i, p in SPARSE_UNITS:
+        part = layers[i].mlp if p.endswith(("gate_proj", "up_proj", "down_proj")) else None
+        lin = getattr(part or layers[i].self_attn, p)
+        w = lin.weight.detach()
+        weights[(i, p)] = w * mask_24(w, torch.ones(w.shape[1]))
+    out = tmp_path_factory.mktemp("sparse24")
+    save_sparse24(out, weights)
+    return out
+
+
+def test_sparse24_keeps_the_pattern_and_says_it_runs_dense_on_cpu(
+    model_dir: Path, sparse24_dir: Path, chats: Any
+) -> None:
+    engine = TorchEngine(
+        str(model_dir), artifact="sparse24", artifact_dir=str(sparse24_dir), max_model_len=512
+    )
+    asyncio.run(engine.start())
+    try:
+        model = engine.model
+        sizes = {"q_proj": (0, model.q_size), "k_proj": (model.q_size, model.kv_size)}
+        for i, p in SPARSE_UNITS:
+            layer = model.layers[i]
+            if p in sizes:
+                lo, n = sizes[p]
+                w = layer.qkv[0].weight[lo : lo + n]
+            elif p in ("gate_proj", "up_proj"):
+                lo = 0 if p == "gate_proj" else layer.width
+                w = layer.gate_up[0].weight[lo : lo + layer.width]
+            else:
+                w = (layer.o if p == "o_proj" else layer.down).weight
+            assert is_24(w), (i, p)
+        assert not is_24(model.layers[5].down.weight)  # untouched layers stay dense
+        info = engine.info()
+        assert info["hardware_sparsity"] is False and "run dense" in info["sparsity_note"]
+    finally:
+        asyncio.run(engine.shutdown())
+    reference = load_sparse24(load_model(model_dir), sparse24_dir)
+    expected = [greedy(reference, ids, stop_at_eos=True) for ids in chats]
+    again = TorchEngine(
+        str(model_dir), artifact="sparse24", artifact_dir=str(sparse24_dir), max_model_len=512
+    )
+    assert _tokens(again, chats) == expected
+
+
+def test_dynamic_thresholds_match_the_hooked_model(
+    model_dir: Path, dense: Any, chats: Any, tmp_path: Path
+) -> None:
+    # thresholds at the 40% quantile of |a| of down_proj's input, measured on the prompts
+    inputs: dict[int, torch.Tensor] = {}
+    hooks = [
+        layer.mlp.down_proj.register_forward_pre_hook(
+            lambda _m, a, i=i: inputs.__setitem__(i, a[0].detach().abs().flatten())
+        )
+        for i, layer in enumerate(decoder_layers(dense)[:20])
+    ]
+    with torch.no_grad():
+        dense(torch.tensor([chats[0] + chats[1]]), use_cache=False)
+    for h in hooks:
+        h.remove()
+    thresholds = {i: float(a.quantile(0.4)) for i, a in inputs.items()}
+    save_dynamic(tmp_path, thresholds, {})
+    model, loaded = load_dynamic(model_dir, tmp_path)
+    assert json.loads((tmp_path / "thresholds.json").read_text())["kind"] == "mlp"
+    with activation_threshold(model, loaded):
+        expected = [greedy(model, ids, stop_at_eos=True) for ids in chats]
+    engine = TorchEngine(
+        str(model_dir), artifact="dynamic", artifact_dir=str(tmp_path), max_model_len=512
+    )
+    # one request at a time: decode runs the latency-mode kernel (only the active rows)
+    assert _tokens(engine, chats[:1]) == expected[:1]
+    assert _tokens(engine, chats[1:]) == expected[1:]
