@@ -116,6 +116,17 @@ async def run_platform(
         return sum(counts), time.perf_counter() - t0
 
 
+def baseline_only(cfg: Any) -> Any:
+    """The platform config serving only each model's baseline tier (what this benchmark sends
+    to), with every plan reduced to it."""
+    data = cfg.model_dump()
+    for model in data["models"].values():
+        model["tiers"] = {"baseline": model["tiers"]["baseline"]}
+    for plan in data["plans"].values():
+        plan["tiers"], plan["default_tier"] = ["baseline"], "baseline"
+    return type(cfg).model_validate(data)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -135,7 +146,7 @@ def main() -> None:
     from zerolayer.serve.launcher import Platform
     from zerolayer.tokenfix.prompt import PromptBuilder
 
-    cfg = load_config()
+    cfg = baseline_only(load_config())
     if args.requests > len(TOPICS):
         sys.exit(f"at most {len(TOPICS)} requests")
     model = cfg.default_model

@@ -7,11 +7,29 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from zerolayer.config import PlatformConfig, load_config
 from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.tokenfix.prompt import PromptBuilder
+
+# collapse build settings small enough for tests (the real ones take tens of minutes)
+TINY_COLLAPSE = {
+    "samples": 3,
+    "seq_len": 64,
+    "validation_samples": 2,
+    "eval_samples": 3,
+    "distill_epochs": 1,
+}
+
+
+def _tiny_settings() -> Any:
+    from zerolayer.collapse.build import BuildSettings
+
+    return BuildSettings(
+        **TINY_COLLAPSE, search_tries=2, static_levels=(0.3,), dynamic_levels=(0.7,)
+    )
 
 
 def free_port() -> int:
@@ -47,3 +65,26 @@ def model_dir(base_config: PlatformConfig) -> Path:
 def prompts(model_dir: Path) -> PromptBuilder:
     """The default model's prompt builder (chat template, exact token counts)."""
     return PromptBuilder(model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_build(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every tier artifact of the default model, built by the real collapse compiler with tiny
+    settings (a few minutes), under <root>/<model>/; shared by the build tests and the platform.
+    Returns {"root": artifacts root, "out": the model's folder, "cards", "builder"}."""
+    from zerolayer.collapse.build import Builder
+    from zerolayer.collapse.corpus import pydoc_corpus
+
+    root = tmp_path_factory.mktemp("artifacts")
+    out = root / "smollm2-135m"
+    corpora = tmp_path_factory.mktemp("build-corpora")
+    builder = Builder(
+        model_dir,
+        out,
+        pydoc_corpus("calibration", corpora),
+        pydoc_corpus("evaluation", corpora),
+        _tiny_settings(),
+        "smollm2-135m",
+    )
+    cards = builder.build(["pruned", "dynamic", "sparse24"])  # pruned brings masked along
+    return {"root": root, "out": out, "cards": cards, "builder": builder}

@@ -71,3 +71,41 @@ def test_collapse_settings_reach_the_builder(tmp_path: Path) -> None:
     (pdir / "models.yaml").write_text(text.replace("distill_epochs: 3", "distill_epochs: -1"))
     with pytest.raises(ConfigError, match="distill_epochs"):
         load_config(platform_dir=pdir, env={})
+
+
+def test_embedded_default_declares_three_tiers_with_scaling(tmp_path: Path) -> None:
+    cfg = load_config(env={"HOME": str(tmp_path)})
+    tiers = cfg.models["smollm2-135m"].tiers
+    assert list(tiers) == ["baseline", "masked", "sparse24"]
+    assert [t.engine for t in tiers.values()] == ["vllm", "vllm", "torch"]
+    assert tiers["masked"].build_tier() == "pruned"  # vLLM serves the masks' pruned checkpoint
+    assert cfg.artifact_dir("smollm2-135m", "sparse24") == (
+        tmp_path / ".cache" / "zerolayer" / "artifacts" / "smollm2-135m" / "sparse24"
+    )
+    assert cfg.artifact_dir("smollm2-135m", "baseline") is None
+    for t in tiers.values():
+        assert t.autoscaling_config.max_replicas >= t.autoscaling_config.min_replicas
+        assert t.ray_actor_options.num_cpus > 0
+
+
+@pytest.mark.parametrize(
+    ("tier", "message"),
+    [
+        ({"engine": "vllm", "artifact": "sparse24"}, "engine vllm cannot serve artifact"),
+        (
+            {"autoscaling_config": {"min_replicas": 3, "max_replicas": 2}},
+            "min_replicas 3 is above max_replicas 2",
+        ),
+        (
+            {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2, "initial_replicas": 5}},
+            "initial_replicas 5 is outside",
+        ),
+        ({"ray_actor_options": {"num_cpus": -1}}, "num_cpus"),
+    ],
+)
+def test_bad_tier_declarations_are_clear_errors(tmp_path: Path, tier: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(
+            env={"HOME": str(tmp_path)},
+            overrides={"models": {"smollm2-135m": {"tiers": {"sparse24": tier}}}},
+        )

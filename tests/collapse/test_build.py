@@ -9,41 +9,17 @@ from typing import Any
 import pytest
 import torch
 from zerolayer.collapse.artifacts import load_dynamic, load_masked, load_pruned, load_sparse24
-from zerolayer.collapse.build import Builder, BuildSettings
-from zerolayer.collapse.corpus import pydoc_corpus
 from zerolayer.collapse.model import load_model
 from zerolayer.collapse.sparse24 import is_24
 
-SETTINGS = BuildSettings(
-    samples=3,
-    seq_len=64,
-    validation_samples=2,
-    eval_samples=3,
-    search_tries=2,
-    static_levels=(0.3,),
-    dynamic_levels=(0.7,),
-    distill_epochs=1,
-)
 CARD_FIELDS = {"tier", "method", "level", "quality", "bytes_on_disk", "calibration", "eval"}
 
 
 @pytest.fixture(scope="module")
-def built(
-    model_dir: Path, corpus_cache: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("artifacts")
-    b = Builder(
-        model_dir,
-        out,
-        pydoc_corpus("calibration", corpus_cache),
-        pydoc_corpus("evaluation", corpus_cache),
-        SETTINGS,
-        "smollm2-135m",
-    )
+def built(tiny_build: dict[str, Any]) -> dict[str, Any]:
     with pytest.raises(ValueError, match="unknown tiers"):
-        b.build(["turbo"])
-    cards = b.build(["pruned", "dynamic", "sparse24"])  # pruned brings masked along
-    return {"out": out, "cards": cards, "builder": b}
+        tiny_build["builder"].build(["turbo"])
+    return tiny_build
 
 
 def test_every_tier_has_a_card_on_disk(built: dict[str, Any]) -> None:

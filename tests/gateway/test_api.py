@@ -39,6 +39,8 @@ def test_models_lists_bare_and_tier_ids(gateway: Gateway) -> None:
     ids = [m["id"] for m in r.json()["data"]]
     assert "smollm2-135m" in ids and "smollm2-135m:baseline" in ids
     assert r.json()["object"] == "list"
+    tier = next(m for m in r.json()["data"] if m["id"] == "smollm2-135m:baseline")
+    assert tier["tier_card"]["tier"] == "baseline" and tier["artifact"] == "dense"
 
 
 def test_chat_completion_returns_the_engine_text_and_exact_usage(gateway: Gateway) -> None:

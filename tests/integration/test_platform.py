@@ -177,4 +177,57 @@ def test_keys_create_cli_makes_a_working_key(platform: Platform) -> None:
 def test_healthz_reports_redis_and_tiers(platform: Platform) -> None:
     r = httpx.get(f"http://{platform.cfg.host}:{platform.cfg.port}/healthz", timeout=30)
     assert r.status_code == 200
-    assert r.json()["tiers"] == ["smollm2-135m:baseline"]
+    assert r.json()["tiers"] == [
+        "smollm2-135m:baseline",
+        "smollm2-135m:masked",
+        "smollm2-135m:sparse24",
+    ]
+
+
+@pytest.mark.parametrize("tier", ["baseline", "masked", "sparse24"])
+def test_every_tier_answers_through_the_platform(platform: Platform, tier: str) -> None:
+    body = {"model": f"smollm2-135m:{tier}", "messages": FRANCE, "temperature": 0}
+    full = post(platform, "/chat/completions", {**body, "max_tokens": 24})
+    assert full.status_code == 200, full.text
+    reply = full.json()
+    assert reply["model"] == f"smollm2-135m:{tier}"
+    assert reply["choices"][0]["message"]["content"].strip()
+    assert 0 < reply["usage"]["completion_tokens"] <= 24
+    streamed, _ = sse_text(
+        post(platform, "/chat/completions", {**body, "max_tokens": 24, "stream": True}), True
+    )
+    assert streamed == reply["choices"][0]["message"]["content"]
+
+
+def test_models_list_tier_cards(platform: Platform) -> None:
+    r = httpx.get(
+        platform.base_url + "/models", headers={"Authorization": f"Bearer {platform.key}"}
+    )
+    cards = {m["id"]: m.get("tier_card") for m in r.json()["data"]}
+    base, masked, sparse = (cards[f"smollm2-135m:{t}"] for t in ("baseline", "masked", "sparse24"))
+    assert base["quality"]["ppl_delta"] == 0.0 and base["serving"]["engine"] == "vllm"
+    assert masked["artifact"] == "masked" and masked["serving"]["engine"] == "vllm"
+    assert "ppl_delta" in masked["quality"] and "intermediate_sizes" in masked
+    assert sparse["serving"]["engine"] == "torch" and 0 < sparse["quality"]["ppl_delta"] <= 0.10
+    # no 2:4 sparse tensor cores on a CPU: the card says the weights run dense
+    assert sparse["serving"]["hardware_sparsity"] is False
+    assert "run dense" in sparse["serving"]["sparsity_note"]
+    assert sparse["serving"]["offload"] is False
+
+
+def test_a_plan_reaches_only_its_tiers(platform: Platform) -> None:
+    env = {**os.environ, "REDIS_URL": platform.cfg.redis.url or ""}
+    key = subprocess.run(
+        [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", "free"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
+    body = {"messages": FRANCE, "max_tokens": 4}
+    denied = post(platform, "/chat/completions", {**body, "model": "smollm2-135m:baseline"}, key)
+    assert denied.status_code == 403 and "plan 'free'" in denied.json()["error"]["message"]
+    # a bare model id goes to the plan's default tier (masked for free)
+    ok = post(platform, "/chat/completions", {**body, "model": "smollm2-135m"}, key)
+    assert ok.status_code == 200 and ok.json()["model"] == "smollm2-135m:masked"

@@ -189,7 +189,7 @@ def create_app(
             req["messages"] = [{"role": m.role, "content": m.text()} for m in body.messages]
         else:
             req["prompt"] = body.prompt
-        shape = _Shape(chat, rid, body.model)
+        shape = _Shape(chat, rid, target)  # the tier that answered, as OpenAI names the version
         headers = {"x-request-id": rid}
         if not body.stream:
             res = await backend.complete(target, req)

@@ -11,7 +11,13 @@ from typing import Any, TextIO
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 
-__all__ = ["require_artifact", "missing_builds", "build_missing", "tier_card"]
+__all__ = [
+    "require_artifact",
+    "missing_builds",
+    "build_missing",
+    "build_kinds",
+    "tier_card",
+]
 
 CARD = "tier_card.json"
 
@@ -52,11 +58,19 @@ def build_missing(cfg: PlatformConfig, model: str, log: TextIO = sys.stderr) -> 
     """Build the model's missing tier artifacts with its collapse settings (progress bars on
     stderr); the build tiers built. Without build_missing_artifacts, fail naming them."""
     kinds = missing_builds(cfg, model)
-    if not kinds:
-        return []
-    if not cfg.build_missing_artifacts:
+    if kinds and not cfg.build_missing_artifacts:
         for tier in cfg.models[model].tiers:
             require_artifact(cfg, model, tier)
+    return build_kinds(cfg, model, kinds, log)
+
+
+def build_kinds(
+    cfg: PlatformConfig, model: str, kinds: list[str], log: TextIO = sys.stderr
+) -> list[str]:
+    """Build these collapse tiers (masked, pruned, dynamic, sparse24) into the model's artifact
+    folder with its collapse settings; the tiers built."""
+    if not kinds:
+        return []
     from zerolayer.collapse.build import Builder
     from zerolayer.collapse.commands import build_settings
     from zerolayer.collapse.corpus import pydoc_corpus

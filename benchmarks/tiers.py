@@ -1,0 +1,290 @@
+"""What each tier buys: decode tokens/s at 1 and 32 concurrent streams, time to first token and
+peak memory of every tier artifact on each engine that serves it, on the same prompts, with the
+tier card's perplexity change.
+
+Every engine runs in its own worker process (started once, so its peak memory is its own); the
+parent drives them in rounds, one engine at a time, interleaved: round r measures every engine
+before round r+1 starts. One warm-up round, then --repeats measured rounds; ratios are medians of
+the per-round ratios. Writes benchmarks/results/tiers.json.
+
+  .venv/bin/python benchmarks/tiers.py [--repeats 3] [--artifacts DIR]
+
+Artifacts default to the platform's (<cache>/artifacts/<model>); missing ones are built first
+with the model's collapse settings (zerolayer up does the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from serving import TOPICS, messages  # noqa: E402
+
+RESULTS = HERE / "results" / "tiers.json"
+MAX_TOKENS = 64
+STREAMS = 32
+# (name, engine, artifact): what each worker serves
+ENGINES = [
+    ("vllm:baseline", "vllm", "dense"),
+    ("vllm:masked", "vllm", "pruned"),
+    ("torch:baseline", "torch", "dense"),
+    ("torch:masked", "torch", "masked"),
+    ("torch:sparse24", "torch", "sparse24"),
+    ("torch:dynamic", "torch", "dynamic"),
+]
+# the served tiers of platform/models.yaml and the engine each runs on
+SERVED = {"baseline": "vllm:baseline", "masked": "vllm:masked", "sparse24": "torch:sparse24"}
+
+
+def peak_rss(pid: int) -> int:
+    """Peak resident memory (VmHWM) of a process and all its descendants, bytes."""
+    import psutil
+
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    total = 0
+    for p in procs:
+        try:
+            for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+# worker ----------------------------------------------------------------------------------------
+async def _one(engine: Any, ids: list[int]) -> tuple[int, float, float, float]:
+    """(tokens, seconds, time to first token, time from first to last token)."""
+    from zerolayer.engines.base import SamplingSpec
+
+    spec = SamplingSpec(uuid.uuid4().hex, ids, MAX_TOKENS, temperature=0.0)
+    t0 = time.perf_counter()
+    first = last = 0.0
+    n = 0
+    async for d in engine.generate(spec):
+        now = time.perf_counter()
+        if n == 0 and d.token_ids:
+            first = now
+        n += len(d.token_ids)
+        last = now
+    return n, last - t0, first - t0, last - first
+
+
+async def _serve(engine: Any, prompts: Any) -> None:
+    await engine.start()
+    print(json.dumps({"ready": True}), flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line or line.strip() == "quit":
+            break
+        streams = int(json.loads(line)["streams"])
+        chats = [prompts.chat(messages(i % len(TOPICS))) for i in range(streams)]
+        t0 = time.perf_counter()
+        runs = await asyncio.gather(*(_one(engine, ids) for ids in chats))
+        wall = time.perf_counter() - t0
+        tokens = sum(r[0] for r in runs)
+        reply = {
+            "tokens": tokens,
+            "tps": tokens / wall,
+            "ttft_s": statistics.median(r[2] for r in runs),
+            # one stream: the decode rate after the first token
+            "decode_tps": (runs[0][0] - 1) / runs[0][3] if streams == 1 else tokens / wall,
+            "peak_mem_bytes": peak_rss(os.getpid()),
+        }
+        print(json.dumps(reply), flush=True)
+    await engine.shutdown()
+
+
+def worker(name: str, artifacts: Path) -> None:
+    from zerolayer.config import load_config
+    from zerolayer.engines.torch_engine import TorchEngine
+    from zerolayer.engines.vllm_engine import VLLMEngine
+    from zerolayer.models.importer import ensure_model
+    from zerolayer.tokenfix.prompt import PromptBuilder
+
+    cfg = load_config()
+    model = cfg.default_model
+    model_dir = ensure_model(cfg, model)
+    kind, artifact = next((e, a) for n, e, a in ENGINES if n == name)
+    folder = None if artifact == "dense" else artifacts / artifact
+    max_len = cfg.models[model].max_model_len
+    if kind == "vllm":
+        engine: Any = VLLMEngine(
+            str(folder or model_dir), max_model_len=max_len, kv_cache_gib=1, max_num_seqs=STREAMS
+        )
+    else:
+        engine = TorchEngine(
+            str(model_dir),
+            artifact=artifact,
+            artifact_dir=str(folder) if folder else None,
+            max_model_len=max_len,
+            max_num_seqs=STREAMS,
+            kv_cache_gib=1,
+        )
+    asyncio.run(_serve(engine, PromptBuilder(model_dir)))
+
+
+# parent ----------------------------------------------------------------------------------------
+class Worker:
+    def __init__(self, name: str, artifacts: Path):
+        self.name = name
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", name, "--artifacts", str(artifacts)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"worker {self.name} exited ({self.proc.wait()})")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def run(self, streams: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"streams": streams}) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _cards(artifacts: Path) -> dict[str, float]:
+    out = {"dense": 0.0}
+    for kind in ("masked", "pruned", "sparse24", "dynamic"):
+        card = json.loads((artifacts / kind / "tier_card.json").read_text())
+        out[kind] = card["quality"]["ppl_delta"]
+    return out
+
+
+def _median_ratio(rows: list[dict[str, Any]], a: str, b: str, key: str) -> float:
+    return round(statistics.median(r[a][key] / r[b][key] for r in rows), 3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="measured rounds after one warm-up")
+    ap.add_argument("--artifacts", type=Path, default=None, help="a model's artifact folder")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.artifacts)
+        return
+
+    from zerolayer.config import load_config
+    from zerolayer.replicas.artifacts import CARD, build_kinds
+
+    cfg = load_config()
+    model = cfg.default_model
+    artifacts = args.artifacts or cfg.artifact_root(model)
+    if args.artifacts is None:
+        kinds = ["pruned", "sparse24", "dynamic"]
+        build_kinds(cfg, model, [k for k in kinds if not (artifacts / k / CARD).exists()])
+    ppl = _cards(artifacts)
+    workers = []
+    try:
+        for name, _, _ in ENGINES:
+            print(f"starting {name}", flush=True)
+            workers.append(Worker(name, artifacts))
+        rows: list[dict[str, Any]] = []
+        for rnd in range(args.repeats + 1):
+            row: dict[str, Any] = {}
+            for w in workers:
+                one, many = w.run(1), w.run(STREAMS)
+                row[w.name] = {
+                    "decode_tps_1": one["decode_tps"],
+                    "decode_tps_32": many["tps"],
+                    "ttft_s": one["ttft_s"],
+                    "ttft_32_s": many["ttft_s"],
+                    "peak_mem_bytes": max(one["peak_mem_bytes"], many["peak_mem_bytes"]),
+                }
+                label = "warm-up" if rnd == 0 else f"round {rnd}"
+                print(
+                    f"{label:8s} {w.name:15s} 1 stream {one['decode_tps']:6.1f} tok/s  "
+                    f"{STREAMS} streams {many['tps']:6.1f} tok/s  ttft {one['ttft_s']:.3f} s",
+                    flush=True,
+                )
+            if rnd:
+                rows.append(row)
+    finally:
+        for w in workers:
+            w.close()
+
+    def med(name: str, key: str) -> float:
+        return round(statistics.median(r[name][key] for r in rows), 4)
+
+    engines: dict[str, Any] = {}
+    for name, kind, artifact in ENGINES:
+        base = f"{kind}:baseline"
+        engines[name] = {
+            **{k: med(name, k) for k in ("decode_tps_1", "decode_tps_32", "ttft_s")},
+            "peak_mem_bytes": int(max(r[name]["peak_mem_bytes"] for r in rows)),
+            "ppl_delta": ppl[artifact],
+            "ratio_1_vs_baseline": _median_ratio(rows, name, base, "decode_tps_1"),
+            "ratio_32_vs_baseline": _median_ratio(rows, name, base, "decode_tps_32"),
+            "ratio_32_vs_vllm_baseline": _median_ratio(
+                rows, name, "vllm:baseline", "decode_tps_32"
+            ),
+        }
+    result: dict[str, Any] = {
+        tier: {"engine": name.split(":")[0], **engines[name]} for tier, name in SERVED.items()
+    }
+    result["latency_mode"] = {
+        "dense_tps_1": engines["torch:baseline"]["decode_tps_1"],
+        "masked_tps_1": engines["torch:dynamic"]["decode_tps_1"],
+        "ratio": engines["torch:dynamic"]["ratio_1_vs_baseline"],
+        "ppl_delta": ppl["dynamic"],
+        "engine": "torch",
+    }
+    result["engines"] = engines
+    result["rounds"] = rows
+    result["setup"] = {
+        "streams": STREAMS,
+        "max_tokens": MAX_TOKENS,
+        "repeats": args.repeats,
+        "cpus": os.cpu_count(),
+        "command": "python benchmarks/tiers.py",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for name, e in engines.items():
+        print(
+            f"{name:15s} 1: {e['decode_tps_1']:6.1f} tok/s (x{e['ratio_1_vs_baseline']:.3f})  "
+            f"32: {e['decode_tps_32']:6.1f} tok/s (x{e['ratio_32_vs_baseline']:.3f} same engine, "
+            f"x{e['ratio_32_vs_vllm_baseline']:.3f} vs vLLM)  ttft {e['ttft_s']:.3f} s  "
+            f"peak {e['peak_mem_bytes'] / 2**30:.2f} GiB  ppl {e['ppl_delta']:+.2%}"
+        )
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
