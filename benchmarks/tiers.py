@@ -64,6 +64,13 @@ def peak_rss(pid: int) -> int:
 
 
 # worker ----------------------------------------------------------------------------------------
+TAG = "@zerolayer-bench "  # marks the worker's replies among whatever else reaches stdout
+
+
+def _reply(obj: dict[str, Any]) -> None:
+    print(TAG + json.dumps(obj), flush=True)
+
+
 async def _one(engine: Any, ids: list[int]) -> tuple[int, float, float, float]:
     """(tokens, seconds, time to first token, time from first to last token)."""
     from zerolayer.engines.base import SamplingSpec
@@ -83,7 +90,7 @@ async def _one(engine: Any, ids: list[int]) -> tuple[int, float, float, float]:
 
 async def _serve(engine: Any, prompts: Any) -> None:
     await engine.start()
-    print(json.dumps({"ready": True}), flush=True)
+    _reply({"ready": True})
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
@@ -103,7 +110,7 @@ async def _serve(engine: Any, prompts: Any) -> None:
             "decode_tps": (runs[0][0] - 1) / runs[0][3] if streams == 1 else tokens / wall,
             "peak_mem_bytes": peak_rss(os.getpid()),
         }
-        print(json.dumps(reply), flush=True)
+        _reply(reply)
     await engine.shutdown()
 
 
@@ -156,8 +163,8 @@ class Worker:
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"worker {self.name} exited ({self.proc.wait()})")
-            if line.startswith("{"):
-                return json.loads(line)
+            if line.startswith(TAG):
+                return json.loads(line[len(TAG) :])
 
     def run(self, streams: int) -> dict[str, Any]:
         assert self.proc.stdin is not None

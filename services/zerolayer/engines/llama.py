@@ -26,6 +26,9 @@ import torch.nn.functional as F
 
 __all__ = ["Shape", "SlotCache", "LlamaModel", "read_state", "sparse_hw_available"]
 
+# latency mode reads only active rows of down_proj^T when at most this share of them is active
+LATENCY_MAX_ACTIVE = 0.4
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -408,11 +411,15 @@ class LlamaModel:
         h = F.silu(gate) * up
         if layer.threshold is None:
             return layer.down(h)
+        h = torch.where(h.abs() < layer.threshold, torch.zeros_like(h), h)
         if h.shape[0] == 1 and layer.down_t is not None:
-            # latency mode: read only the rows of down_proj^T whose activation passed
-            idx = (h[0].abs() >= layer.threshold).nonzero().squeeze(1)
-            return (h[0, idx] @ layer.down_t.index_select(0, idx)).unsqueeze(0)
-        return layer.down(torch.where(h.abs() < layer.threshold, torch.zeros_like(h), h))
+            # latency mode: read only the rows of down_proj^T whose activation passed, where
+            # that pays (measured on 2 CPU cores: 1.2x the dense GEMV with 40% of rows active,
+            # 0.54x with 50%, for SmolLM2's down_proj)
+            idx = h[0].nonzero().squeeze(1)
+            if idx.numel() <= LATENCY_MAX_ACTIVE * layer.width:
+                return (h[0, idx] @ layer.down_t.index_select(0, idx)).unsqueeze(0)
+        return layer.down(h)
 
     def _qkv(
         self, layer: Layer, x: torch.Tensor, pos: torch.Tensor
