@@ -194,6 +194,49 @@ def _median_ratio(rows: list[dict[str, Any]], a: str, b: str, key: str) -> float
     return round(statistics.median(r[a][key] / r[b][key] for r in rows), 3)
 
 
+def draw(result: dict[str, Any], path: Path) -> Path:
+    """Bars of decode tokens/s at 1 and 32 streams per engine and artifact, each labelled with
+    its speed against the same engine's baseline and its perplexity change."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from zerolayer.collapse.draw import save_figure
+
+    engines = result["engines"]
+    names = list(engines)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for ax, (key, ratio, title) in zip(
+        axes,
+        [
+            ("decode_tps_1", "ratio_1_vs_baseline", "1 stream: decode tokens/s"),
+            ("decode_tps_32", "ratio_32_vs_baseline", f"{STREAMS} streams: tokens/s"),
+        ],
+        strict=True,
+    ):
+        vals = [engines[n][key] for n in names]
+        colors = ["#4c72b0" if n.startswith("vllm") else "#dd8452" for n in names]
+        bars = ax.bar(range(len(names)), vals, color=colors)
+        for b, n in zip(bars, names, strict=True):
+            e = engines[n]
+            ax.annotate(
+                f"x{e[ratio]:.2f}\nppl {e['ppl_delta']:+.1%}",
+                (b.get_x() + b.get_width() / 2, b.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+        ax.set_title(title)
+        ax.set_ylim(0, max(vals) * 1.25)
+    setup = result["setup"]
+    fig.suptitle(
+        f"Tiers of SmolLM2-135M on {setup['cpus']} CPU cores (median of {setup['repeats']} "
+        "rounds; x = vs the same engine's baseline)"
+    )
+    return save_figure(fig, path, 110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -202,7 +245,11 @@ def main() -> None:
     ap.add_argument("--artifacts", type=Path, default=None, help="a model's artifact folder")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--draw-only", action="store_true", help="redraw the picture from --out")
     args = ap.parse_args()
+    if args.draw_only:
+        print(draw(json.loads(args.out.read_text()), args.out.with_suffix(".png")))
+        return
     if args.worker:
         worker(args.worker, args.artifacts)
         return
@@ -290,7 +337,7 @@ def main() -> None:
             f"x{e['ratio_32_vs_vllm_baseline']:.3f} vs vLLM)  ttft {e['ttft_s']:.3f} s  "
             f"peak {e['peak_mem_bytes'] / 2**30:.2f} GiB  ppl {e['ppl_delta']:+.2%}"
         )
-    print(f"results: {args.out}")
+    print(f"results: {args.out}\npicture: {draw(result, args.out.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

@@ -218,9 +218,9 @@ def test_dynamic_thresholds_match_the_hooked_model(
         dense(torch.tensor([chats[0] + chats[1]]), use_cache=False)
     for h in hooks:
         h.remove()
-    # 70% of activations under the threshold in even layers (the latency-mode kernel reads only
+    # 90% of activations under the threshold in even layers (the latency-mode kernel reads only
     # the active rows), 40% in odd ones (dense product over the zeroed input)
-    thresholds = {i: float(a.quantile(0.7 if i % 2 == 0 else 0.4)) for i, a in inputs.items()}
+    thresholds = {i: float(a.quantile(0.9 if i % 2 == 0 else 0.4)) for i, a in inputs.items()}
     save_dynamic(tmp_path, thresholds, {})
     model, loaded = load_dynamic(model_dir, tmp_path)
     assert json.loads((tmp_path / "thresholds.json").read_text())["kind"] == "mlp"
@@ -229,6 +229,17 @@ def test_dynamic_thresholds_match_the_hooked_model(
     engine = TorchEngine(
         str(model_dir), artifact="dynamic", artifact_dir=str(tmp_path), max_model_len=512
     )
-    # one request at a time: decode runs the latency-mode kernel (only the active rows)
-    assert _tokens(engine, chats[:1]) == expected[:1]
-    assert _tokens(engine, chats[1:]) == expected[1:]
+
+    async def one_at_a_time() -> tuple[list[list[int]], int]:
+        await engine.start()
+        try:
+            got = [(await _collect(engine, s))[0] for s in _greedy_specs(chats)]
+            return got, engine.model.latency_calls
+        finally:
+            await engine.shutdown()
+
+    # one request at a time: decode runs the latency-mode kernel (only the active rows) in the
+    # layers with few active rows
+    got, latency_calls = asyncio.run(one_at_a_time())
+    assert got == expected
+    assert latency_calls > 0

@@ -26,8 +26,10 @@ import torch.nn.functional as F
 
 __all__ = ["Shape", "SlotCache", "LlamaModel", "read_state", "sparse_hw_available"]
 
-# latency mode reads only active rows of down_proj^T when at most this share of them is active
-LATENCY_MAX_ACTIVE = 0.4
+# latency mode reads only the active rows of down_proj^T when at most this share is active:
+# benchmarks/latency_kernel.py on 2 CPU cores measured index_select + GEMV at 0.62-0.69x the
+# dense GEMV with 40% of rows active, 0.99-1.11x with 20% (docs/benchmarks.md)
+LATENCY_MAX_ACTIVE = 0.2
 
 
 @dataclass(frozen=True)
@@ -317,6 +319,7 @@ class LlamaModel:
         self.report.thresholds = len(thresholds)
         self.layers, self.offloaded = self._place(host_layers, device_budget_bytes, offload_layers)
         self._prefetched: tuple[int, Layer, Any] | None = None
+        self.latency_calls = 0  # MLPs that ran the latency-mode kernel
         self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         inv = 1.0 / (
             shape.rope_theta
@@ -414,10 +417,10 @@ class LlamaModel:
         h = torch.where(h.abs() < layer.threshold, torch.zeros_like(h), h)
         if h.shape[0] == 1 and layer.down_t is not None:
             # latency mode: read only the rows of down_proj^T whose activation passed, where
-            # that pays (measured on 2 CPU cores: 1.2x the dense GEMV with 40% of rows active,
-            # 0.54x with 50%, for SmolLM2's down_proj)
+            # that pays (LATENCY_MAX_ACTIVE)
             idx = h[0].nonzero().squeeze(1)
             if idx.numel() <= LATENCY_MAX_ACTIVE * layer.width:
+                self.latency_calls += 1
                 return (h[0, idx] @ layer.down_t.index_select(0, idx)).unsqueeze(0)
         return layer.down(h)
 
