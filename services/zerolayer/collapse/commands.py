@@ -18,12 +18,15 @@ def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
 
 
 def _corpus(args: argparse.Namespace, split: str, cfg: PlatformConfig) -> Any:
-    from zerolayer.collapse.corpus import files_corpus, pydoc_corpus
+    from zerolayer.collapse.chat import default_corpus
+    from zerolayer.collapse.corpus import files_corpus
+    from zerolayer.models.importer import ensure_model
 
     files = args.corpus if split == "calibration" else args.eval_corpus
     if files:
         return files_corpus([Path(f) for f in files], name=f"user-{split}")
-    return pydoc_corpus(split, cache_dir=Path(cfg.cache_dir) / "corpora")
+    model_dir = ensure_model(cfg, args.model)
+    return default_corpus(split, model_dir, Path(cfg.cache_dir) / "corpora")
 
 
 def _load(cfg: PlatformConfig, model: str) -> tuple[Any, Any, Path]:

@@ -101,6 +101,8 @@ class Corpus:
     source: str
     licence: str
     documents: dict[str, str]
+    # a mixture (collapse.chat.mixed_corpus): token_windows takes each part's share of windows
+    parts: tuple[tuple[Corpus, float], ...] = ()
 
     def text(self) -> str:
         """All documents, in name order, separated by blank lines."""
@@ -109,6 +111,13 @@ class Corpus:
     def describe(self) -> dict[str, Any]:
         """What a tier card records about the corpus."""
         digest = hashlib.sha256(self.text().encode()).hexdigest()[:16]
+        if self.parts:
+            return {
+                "name": self.name,
+                "source": self.source,
+                "parts": [{**c.describe(), "share": round(s, 4)} for c, s in self.parts],
+                "sha256_16": digest,
+            }
         return {
             "name": self.name,
             "source": self.source,
@@ -171,7 +180,18 @@ def token_windows(
     tokenizer: Any, corpus: Corpus, n: int, length: int, seed: int = 0
 ) -> list[list[int]]:
     """n windows of exactly `length` tokens, cut from the corpus text without overlap and chosen
-    with a seeded shuffle; fewer when the corpus is short."""
+    with a seeded shuffle; fewer when the corpus is short. A mixture takes round(n x share)
+    windows from each part (the last part the rest), interleaved."""
+    if corpus.parts:
+        keyed: list[tuple[float, int, list[int]]] = []
+        taken = 0
+        for j, (part, share) in enumerate(corpus.parts):
+            k = n - taken if j == len(corpus.parts) - 1 else round(n * share)
+            got = token_windows(tokenizer, part, k, length, seed)
+            taken += len(got)
+            # interleaved by relative position, so every prefix keeps the shares
+            keyed += [((i + 0.5) / len(got), j, w) for i, w in enumerate(got)]
+        return [w for _, _, w in sorted(keyed, key=lambda t: (t[0], t[1]))]
     ids = tokenizer.encode(corpus.text(), add_special_tokens=False)
     starts = list(range(0, len(ids) - length + 1, length))
     random.Random(seed).shuffle(starts)

@@ -72,8 +72,8 @@ def build_kinds(
     if not kinds:
         return []
     from zerolayer.collapse.build import Builder
+    from zerolayer.collapse.chat import default_corpus
     from zerolayer.collapse.commands import build_settings
-    from zerolayer.collapse.corpus import pydoc_corpus
     from zerolayer.models.importer import ensure_model
 
     settings = build_settings(cfg, model)
@@ -84,11 +84,12 @@ def build_kinds(
         flush=True,
     )
     corpora = Path(cfg.cache_dir) / "corpora"
+    model_dir = ensure_model(cfg, model)
     builder = Builder(
-        ensure_model(cfg, model),
+        model_dir,
         cfg.artifact_root(model),
-        pydoc_corpus("calibration", corpora),
-        pydoc_corpus("evaluation", corpora),
+        default_corpus("calibration", model_dir, corpora),
+        default_corpus("evaluation", model_dir, corpora),
         settings,
         model,
     )
