@@ -243,3 +243,32 @@ def test_dynamic_thresholds_match_the_hooked_model(
     got, latency_calls = asyncio.run(one_at_a_time())
     assert got == expected
     assert latency_calls > 0
+
+
+def test_a_failing_model_errors_every_request_instead_of_hanging(
+    model_dir: Path, chats: Any
+) -> None:
+    async def go() -> None:
+        engine = TorchEngine(str(model_dir), max_model_len=512)
+        await engine.start()
+
+        def broken(*_: Any) -> None:
+            raise RuntimeError("kernel exploded")
+
+        engine.model.decode = broken
+        try:
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    *(_collect(engine, s) for s in _greedy_specs(chats)), return_exceptions=True
+                ),
+                timeout=60,
+            )
+            assert all(isinstance(r, RuntimeError) for r in results)
+            with pytest.raises(RuntimeError, match="kernel exploded"):
+                await engine.check_health()
+            with pytest.raises(RuntimeError, match="engine loop stopped"):
+                await _collect(engine, _greedy_specs(chats)[0])
+        finally:
+            await engine.shutdown()
+
+    asyncio.run(go())

@@ -156,16 +156,20 @@ def test_error_cases_over_http(platform: Platform) -> None:
         assert err["message"] and err["type"]
 
 
-def test_keys_create_cli_makes_a_working_key(platform: Platform) -> None:
-    env = {**os.environ, "REDIS_URL": platform.cfg.redis.url or ""}
-    out = subprocess.run(
-        [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", "free"],
-        env=env,
+def create_key(p: Platform, plan: str) -> subprocess.CompletedProcess[str]:
+    """`zerolayer keys create --plan PLAN` against the platform's Redis."""
+    return subprocess.run(
+        [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", plan],
+        env={**os.environ, "REDIS_URL": p.cfg.redis.url or ""},
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
+
+
+def test_keys_create_cli_makes_a_working_key(platform: Platform) -> None:
+    out = create_key(platform, "free")
     key = out.stdout.strip()
     assert key.startswith("zl-") and "not shown again" in out.stderr
     r = httpx.get(
@@ -216,15 +220,7 @@ def test_models_list_tier_cards(platform: Platform) -> None:
 
 
 def test_a_plan_reaches_only_its_tiers(platform: Platform) -> None:
-    env = {**os.environ, "REDIS_URL": platform.cfg.redis.url or ""}
-    key = subprocess.run(
-        [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", "free"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout.strip()
+    key = create_key(platform, "free").stdout.strip()
     body = {"messages": FRANCE, "max_tokens": 4}
     denied = post(platform, "/chat/completions", {**body, "model": "smollm2-135m:baseline"}, key)
     assert denied.status_code == 403 and "plan 'free'" in denied.json()["error"]["message"]

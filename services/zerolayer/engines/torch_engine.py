@@ -169,7 +169,12 @@ class TorchEngine:
         self._inbox.put(req)
         try:
             while True:
-                item = await req.out.get()
+                try:
+                    item = await asyncio.wait_for(req.out.get(), timeout=2.0)
+                except asyncio.TimeoutError:
+                    if self._failure is not None:  # the loop died before it saw this request
+                        raise RuntimeError(f"engine loop stopped: {self._failure!r}") from None
+                    continue
                 if isinstance(item, BaseException):
                     raise item
                 yield item
@@ -197,7 +202,15 @@ class TorchEngine:
         except BaseException as exc:  # report to every caller, never hang them
             log.exception("torch engine loop failed")
             self._failure = exc
-            for req in running + waiting:
+            late: list[_Request] = []
+            while True:  # requests queued after the failure must not wait forever either
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    late.append(item)
+            for req in running + waiting + late:
                 req.send(RuntimeError(f"engine failure: {exc!r}"))
 
     def _take(self, waiting: list[_Request], block: bool) -> bool:
@@ -221,8 +234,8 @@ class TorchEngine:
         while waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             n = len(req.spec.prompt_token_ids)
-            if running and n > budget:
-                break
+            if running and n > budget and budget < self.prefill_tokens:
+                break  # the step's prefill budget is spent (a long prompt still goes first)
             longest = max([r.worst_length() for r in running] + [req.worst_length()])
             if running and cache.bytes_for(len(running) + 1, longest) > self.kv_bytes:
                 break
