@@ -401,7 +401,10 @@ class LlamaModel:
         else:
             layer, ev = self._fetch(i)
         if ev is not None:
-            torch.cuda.current_stream(self.device).wait_event(ev)
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(ev)
+            for t in layer.tensors().values():
+                t.record_stream(compute)  # made on the copy stream, used on this one
         nxt = i + 1
         while nxt < self.shape.layers and nxt not in self.offloaded:
             nxt += 1
