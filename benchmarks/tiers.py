@@ -163,8 +163,9 @@ class Worker:
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"worker {self.name} exited ({self.proc.wait()})")
-            if line.startswith(TAG):
-                return json.loads(line[len(TAG) :])
+            at = line.find(TAG)
+            if at >= 0:  # child processes may write to the same stdout, even on this line
+                return json.JSONDecoder().raw_decode(line[at + len(TAG) :])[0]
 
     def run(self, streams: int) -> dict[str, Any]:
         assert self.proc.stdin is not None
