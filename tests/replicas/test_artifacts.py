@@ -3,6 +3,7 @@ before anything starts."""
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 from typing import Any
@@ -42,14 +43,14 @@ def test_missing_artifact_is_named_with_the_command_that_builds_it(
 def test_platform_with_a_missing_artifact_fails_at_start_not_at_first_request(
     base_config: PlatformConfig, tmp_path: Path, redis_url: str
 ) -> None:
-    import ray
-
     cfg = _cfg(base_config, tmp_path, build=False).model_copy(
         update={"port": free_port(), "redis": RedisConfig(url=redis_url)}
     )
+    log = io.StringIO()
     with pytest.raises(ArtifactError, match="sparse24|pruned"):
-        Platform(cfg).start()
-    assert not ray.is_initialized()  # it stopped before starting anything
+        Platform(cfg, log=log).start()
+    said = log.getvalue()
+    assert "redis:" not in said and "ray: starting" not in said  # it stopped before both
 
 
 def test_missing_tier_artifacts_are_built_once_then_reused(
