@@ -10,7 +10,7 @@ import pytest
 import torch
 from zerolayer.collapse.artifacts import load_dynamic, load_masked, load_pruned, load_sparse24
 from zerolayer.collapse.model import load_model
-from zerolayer.collapse.sparse24 import is_24
+from zerolayer.collapse.sparse24 import is_24, linear
 
 CARD_FIELDS = {"tier", "method", "level", "quality", "bytes_on_disk", "calibration", "eval"}
 
@@ -66,11 +66,7 @@ def test_sparse24_artifact_loads_with_the_pattern_and_meets_its_budget(
     model = load_sparse24(load_model(model_dir), built["out"] / "sparse24")
     for name in card["projections_24"]:
         i, proj = name.split(".")
-        layer = model.model.layers[int(i)]
-        w = getattr(
-            layer.mlp if proj in ("gate_proj", "up_proj", "down_proj") else layer.self_attn, proj
-        ).weight
-        assert is_24(w), name
+        assert is_24(linear(model.model.layers[int(i)], proj).weight), name
     assert 0 <= card["mlp_weights_24"] <= 1
 
 

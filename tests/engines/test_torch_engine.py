@@ -20,7 +20,7 @@ from zerolayer.collapse.artifacts import (
     save_sparse24,
 )
 from zerolayer.collapse.model import decoder_layers, load_model
-from zerolayer.collapse.sparse24 import is_24, mask_24
+from zerolayer.collapse.sparse24 import is_24, linear, mask_24
 from zerolayer.engines.base import SamplingSpec
 from zerolayer.engines.torch_engine import TorchEngine
 
@@ -160,9 +160,7 @@ def sparse24_dir(dense: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     layers = decoder_layers(dense)
     weights = {}
     for i, p in SPARSE_UNITS:
-        part = layers[i].mlp if p.endswith(("gate_proj", "up_proj", "down_proj")) else None
-        lin = getattr(part or layers[i].self_attn, p)
-        w = lin.weight.detach()
+        w = linear(layers[i], p).weight.detach()
         weights[(i, p)] = w * mask_24(w, torch.ones(w.shape[1]))
     out = tmp_path_factory.mktemp("sparse24")
     save_sparse24(out, weights)

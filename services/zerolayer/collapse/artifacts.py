@@ -27,6 +27,7 @@ __all__ = [
     "save_pruned",
     "load_pruned",
     "narrow_mlp",
+    "narrow_state",
     "save_dynamic",
     "read_dynamic",
     "load_dynamic",
@@ -150,9 +151,7 @@ def save_sparse24(folder: Path, weights: dict[tuple[int, str], torch.Tensor]) ->
     save_file(tensors, str(folder / "sparse24.safetensors"))
 
 
-def read_sparse24(
-    folder: Path, shapes: dict[tuple[int, str], tuple[int, int]] | None = None
-) -> dict[tuple[int, str], torch.Tensor]:
+def read_sparse24(folder: Path) -> dict[tuple[int, str], torch.Tensor]:
     """The dense 2:4 weights of a sparse24 artifact, by (layer, projection)."""
     from safetensors import safe_open
 
@@ -189,6 +188,26 @@ def narrow_mlp(mlp: Any, width: int) -> None:
     mlp.down_proj = torch.nn.Linear(width, hidden, bias=False)
 
 
+def narrow_state(
+    state: dict[str, torch.Tensor],
+    keep: dict[int, torch.Tensor],
+    down: dict[int, torch.Tensor],
+    width: int,
+    layers: int,
+) -> list[int]:
+    """Apply a masked artifact's cut physically to a Llama state dict, in place: the removed
+    channels' gate_proj/up_proj rows go, each cut layer's down_proj becomes its kept (repaired)
+    columns. Returns every layer's MLP width (`width` where a layer is not cut)."""
+    widths = [width] * layers
+    for i, mask in keep.items():
+        q = f"model.layers.{i}.mlp."
+        state[q + "gate_proj.weight"] = state[q + "gate_proj.weight"][mask]
+        state[q + "up_proj.weight"] = state[q + "up_proj.weight"][mask]
+        state[q + "down_proj.weight"] = down[i]
+        widths[i] = int(mask.sum())
+    return widths
+
+
 @torch.no_grad()
 def save_pruned(folder: Path, dense_dir: Path, masked_folder: Path) -> Path:
     """Write a checkpoint with the masked artifact's channels physically removed."""
@@ -198,21 +217,11 @@ def save_pruned(folder: Path, dense_dir: Path, masked_folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     model = load_model(dense_dir)
     keep, down = read_masks(masked_folder)
-    layers = decoder_layers(model)
-    widths = []
-    for i, layer in enumerate(layers):
-        mlp = layer.mlp
-        mask = keep.get(i)
-        if mask is None:
-            widths.append(mlp.gate_proj.out_features)
-            continue
-        gate, up = mlp.gate_proj.weight[mask].clone(), mlp.up_proj.weight[mask].clone()
-        narrow_mlp(mlp, int(mask.sum()))
-        mlp.gate_proj.weight.copy_(gate)
-        mlp.up_proj.weight.copy_(up)
-        mlp.down_proj.weight.copy_(down[i])
-        widths.append(int(mask.sum()))
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state = dict(model.state_dict())
+    widths = narrow_state(
+        state, keep, down, model.config.intermediate_size, len(decoder_layers(model))
+    )
+    state = {k: v.contiguous() for k, v in state.items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})

@@ -38,9 +38,10 @@ def build_engine(
         )
     from zerolayer.engines.vllm_engine import VLLMEngine
 
-    # vLLM serves the dense checkpoint or a pruned one (its per-layer widths via the plugin)
+    # vLLM serves the dense checkpoint, or a pruned one (its per-layer widths via the plugin):
+    # the only artifacts the config lets it take, both folders of a checkpoint
     return VLLMEngine(
-        artifact_dir if tier.artifact in ("masked", "pruned") and artifact_dir else model_dir,
+        artifact_dir or model_dir,
         dtype=tier.dtype,
         max_model_len=max_model_len,
         kv_cache_gib=tier.kv_cache_gib,

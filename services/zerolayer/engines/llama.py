@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from zerolayer.config import ARTIFACTS
+
 __all__ = ["Shape", "SlotCache", "LlamaModel", "read_state", "sparse_hw_available"]
 
 # latency mode reads only the active rows of down_proj^T when at most this share is active:
@@ -142,13 +144,14 @@ class Layer:
         def group(name: str, projs: list[Proj]) -> list[Proj]:
             return [Proj(t[f"{name}.{j}"], p.sparse, p.min_tokens) for j, p in enumerate(projs)]
 
+        # a projection's 2:4 copy lives on the device already and goes along unchanged
         return Layer(
             t["in_norm"],
             t["post_norm"],
             group("qkv", self.qkv),
-            Proj(t["o"]),
+            Proj(t["o"], self.o.sparse, self.o.min_tokens),
             group("gate_up", self.gate_up),
-            Proj(t["down"]),
+            Proj(t["down"], self.down.sparse, self.down.min_tokens),
             self.width,
             self.threshold,
             None,
@@ -295,23 +298,16 @@ class LlamaModel:
                 ws = [state[f"{q}{prefix}.{n}.weight"].to(dtype) for n in names]
                 if any((i, n) in sparse_units for n in names) and hw:
                     return [self._sparse(w, sparse_min_tokens) for w in ws]
-                return [Proj(torch.cat(ws).contiguous())]
+                return [Proj(ws[0].contiguous() if len(ws) == 1 else torch.cat(ws))]
 
-            down = state[f"{q}mlp.down_proj.weight"].to(dtype)
             host_layers.append(
                 Layer(
                     in_norm=state[f"{q}input_layernorm.weight"].to(dtype),
                     post_norm=state[f"{q}post_attention_layernorm.weight"].to(dtype),
                     qkv=group(["q_proj", "k_proj", "v_proj"], "self_attn"),
-                    o=self._sparse(
-                        state[f"{q}self_attn.o_proj.weight"].to(dtype), sparse_min_tokens
-                    )
-                    if (i, "o_proj") in sparse_units and hw
-                    else Proj(state[f"{q}self_attn.o_proj.weight"].to(dtype)),
+                    o=group(["o_proj"], "self_attn")[0],
                     gate_up=group(["gate_proj", "up_proj"], "mlp"),
-                    down=self._sparse(down, sparse_min_tokens)
-                    if (i, "down_proj") in sparse_units and hw
-                    else Proj(down),
+                    down=group(["down_proj"], "mlp")[0],
                     width=shape.widths[i],
                     threshold=thresholds.get(i),
                 )
@@ -343,10 +339,9 @@ class LlamaModel:
         self, layers: list[Layer], budget: int | None, force: int | None
     ) -> tuple[list[Layer], set[int]]:
         """Move layers to the device until the budget is spent; the rest stay on the host."""
-        fixed = sum(t.numel() * t.element_size() for t in (self.embed, self.norm))
+        used = sum(t.numel() * t.element_size() for t in (self.embed, self.norm))
         if self.lm_head is not self.embed:
-            fixed += self.lm_head.numel() * self.lm_head.element_size()
-        used = fixed
+            used += self.lm_head.numel() * self.lm_head.element_size()
         placed, offloaded = [], set()
         n = len(layers)
         for i, layer in enumerate(layers):
@@ -367,13 +362,6 @@ class LlamaModel:
             )
             if layer.threshold is not None:
                 moved.down_t = moved.down.weight.t().contiguous()
-            # sparse copies were made on the device already
-            moved.qkv, moved.gate_up = (
-                _keep_sparse(layer.qkv, moved.qkv),
-                _keep_sparse(layer.gate_up, moved.gate_up),
-            )
-            moved.o = Proj(moved.o.weight, layer.o.sparse, layer.o.min_tokens)
-            moved.down = Proj(moved.down.weight, layer.down.sparse, layer.down.min_tokens)
             placed.append(moved)
             used += size
         self.report.offloaded_layers = len(offloaded)
@@ -494,13 +482,6 @@ class LlamaModel:
         return F.linear(_rms(x, self.norm, s.eps), self.lm_head)
 
 
-def _keep_sparse(old: list[Proj], new: list[Proj]) -> list[Proj]:
-    return [Proj(n.weight, o.sparse, o.min_tokens) for o, n in zip(old, new, strict=True)]
-
-
-ARTIFACTS = ("dense", "masked", "pruned", "dynamic", "sparse24")
-
-
 def load_llama(
     model_dir: str | Path,
     artifact: str = "dense",
@@ -509,7 +490,13 @@ def load_llama(
 ) -> LlamaModel:
     """A LlamaModel for one tier: the dense checkpoint in model_dir with the tier's artifact
     (from artifact_dir) applied; options go to LlamaModel."""
-    from zerolayer.collapse.artifacts import read_dynamic, read_masks, read_sparse24
+    from zerolayer.collapse.artifacts import (
+        narrow_state,
+        read_dynamic,
+        read_masks,
+        read_sparse24,
+    )
+    from zerolayer.collapse.sparse24 import MLP_PROJ
 
     if artifact not in ARTIFACTS:
         raise ValueError(f"unknown artifact {artifact!r}; known: {', '.join(ARTIFACTS)}")
@@ -522,13 +509,9 @@ def load_llama(
     units: set[tuple[int, str]] = set()
     if artifact == "masked":
         keep, down = read_masks(Path(artifact_dir or ""))
-        widths = [int(cfg["intermediate_size"])] * int(cfg["num_hidden_layers"])
-        for i, mask in keep.items():
-            q = f"model.layers.{i}.mlp."
-            state[q + "gate_proj.weight"] = state[q + "gate_proj.weight"][mask]
-            state[q + "up_proj.weight"] = state[q + "up_proj.weight"][mask]
-            state[q + "down_proj.weight"] = down[i]
-            widths[i] = int(mask.sum())
+        widths = narrow_state(
+            state, keep, down, int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
+        )
         cfg["zerolayer"] = {"intermediate_sizes": widths}
     elif artifact == "dynamic":
         thresholds, down = read_dynamic(Path(artifact_dir or ""))
@@ -536,7 +519,7 @@ def load_llama(
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(Path(artifact_dir or "")).items():
-            part = "mlp" if p in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+            part = "mlp" if p in MLP_PROJ else "self_attn"
             state[f"model.layers.{i}.{part}.{p}.weight"] = w
             units.add((i, p))
     report = LoadReport(artifact=artifact)

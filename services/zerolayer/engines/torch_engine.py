@@ -92,6 +92,9 @@ class TorchEngine:
         self._inbox: queue.Queue[_Request | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
+        # held while a request is queued and while a failed loop drains the queue, so no
+        # request can be queued unseen after the loop died
+        self._queue_lock = threading.Lock()
         self.counters = {"requests": 0, "steps": 0, "prefills": 0, "generated": 0, "max_batch": 0}
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -157,24 +160,20 @@ class TorchEngine:
     async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
         if self._thread is None:
             raise RuntimeError("engine not started")
-        if self._failure is not None:
-            raise RuntimeError(f"engine loop stopped: {self._failure!r}")
         req = _Request(spec, asyncio.get_running_loop(), asyncio.Queue())
         if spec.temperature >= _GREEDY_BELOW:
             req.generator = torch.Generator()
             req.generator.manual_seed(
                 spec.seed if spec.seed is not None else int.from_bytes(os.urandom(8), "little")
             )
+        with self._queue_lock:
+            if self._failure is not None:
+                raise RuntimeError(f"engine loop stopped: {self._failure!r}")
+            self._inbox.put(req)
         self.counters["requests"] += 1
-        self._inbox.put(req)
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(req.out.get(), timeout=2.0)
-                except asyncio.TimeoutError:
-                    if self._failure is not None:  # the loop died before it saw this request
-                        raise RuntimeError(f"engine loop stopped: {self._failure!r}") from None
-                    continue
+                item = await req.out.get()
                 if isinstance(item, BaseException):
                     raise item
                 yield item
@@ -201,15 +200,16 @@ class TorchEngine:
                     running[:] = self._drop(running, cache)
         except BaseException as exc:  # report to every caller, never hang them
             log.exception("torch engine loop failed")
-            self._failure = exc
             late: list[_Request] = []
-            while True:  # requests queued after the failure must not wait forever either
-                try:
-                    item = self._inbox.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    late.append(item)
+            with self._queue_lock:  # after this, generate() refuses instead of queueing
+                self._failure = exc
+                while True:
+                    try:
+                        item = self._inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        late.append(item)
             for req in running + waiting + late:
                 req.send(RuntimeError(f"engine failure: {exc!r}"))
 
