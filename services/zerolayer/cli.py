@@ -6,8 +6,11 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from zerolayer.config import PlatformConfig, load_config
 from zerolayer.errors import ZerolayerError
@@ -34,6 +37,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         platform.start()
         print(
             f"\nzerolayer is up.\n  base URL: {platform.base_url}\n  API key:  {platform.key}\n"
+            f"  admin key: in {platform.admin_key_source}\n"
             f"  try: curl {platform.base_url}/models -H 'Authorization: Bearer {platform.key}'\n"
             "Press Ctrl-C to stop.",
             flush=True,
@@ -63,32 +67,80 @@ def _cmd_models_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_keys_create(args: argparse.Namespace) -> int:
+@contextmanager
+def _key_store(cfg: PlatformConfig) -> Iterator[Any]:
+    """A KeyStore on the platform's Redis (the embedded one is started for the command if no
+    platform runs)."""
     import redis
 
     from zerolayer.store.embedded import EmbeddedRedis
     from zerolayer.store.keys import KeyStore
 
-    cfg = _config(args)
-    if args.plan not in cfg.plans:
-        raise ZerolayerError(f"unknown plan {args.plan!r}; plans: {', '.join(cfg.plans)}")
     embedded = None
     url = cfg.redis.url
     if url is None:
         embedded = EmbeddedRedis(cfg.redis_data_dir(), cfg.redis.embedded_port)
         url = embedded.start()
+    client = redis.Redis.from_url(url)
     try:
-        client = redis.Redis.from_url(url)
-        key, record = KeyStore(client).create(args.plan, name=args.name or "")
-        client.close()
+        yield KeyStore(client)
     finally:
+        client.close()
         if embedded is not None:
             embedded.stop()
+
+
+def _known_plan(cfg: PlatformConfig, plan: str) -> str:
+    if plan not in cfg.plans:
+        raise ZerolayerError(f"unknown plan {plan!r}; plans: {', '.join(cfg.plans)}")
+    return plan
+
+
+def _cmd_keys_create(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    with _key_store(cfg) as store:
+        key, record = store.create(_known_plan(cfg, args.plan), name=args.name or "")
     print(key)
     print(
         f"key id {record.key_id}, plan {record.plan}: store it now, it is not shown again",
         file=sys.stderr,
     )
+    return 0
+
+
+def _cmd_keys_list(args: argparse.Namespace) -> int:
+    with _key_store(_config(args)) as store:
+        records = store.list()
+    print(f"{'key id':12s}  {'plan':12s}  {'state':8s}  {'created (UTC)':19s}  name")
+    for r in records:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created))
+        state = "revoked" if r.revoked else "active"
+        print(f"{r.key_id:12s}  {r.plan:12s}  {state:8s}  {created}  {r.name}")
+    return 0
+
+
+def _cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from zerolayer.store.keys import UnknownKey
+
+    with _key_store(_config(args)) as store:
+        try:
+            record = store.revoke(args.key_id)
+        except UnknownKey as exc:
+            raise ZerolayerError(str(exc)) from exc
+    print(f"revoked {record.key_id} (plan {record.plan}); every gateway refuses it now")
+    return 0
+
+
+def _cmd_keys_set_plan(args: argparse.Namespace) -> int:
+    from zerolayer.store.keys import UnknownKey
+
+    cfg = _config(args)
+    with _key_store(cfg) as store:
+        try:
+            record = store.set_plan(args.key_id, _known_plan(cfg, args.plan))
+        except UnknownKey as exc:
+            raise ZerolayerError(str(exc)) from exc
+    print(f"{record.key_id}: plan {record.plan}")
     return 0
 
 
@@ -120,6 +172,15 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--plan", required=True, help="plan name from platform/plans.yaml")
     create.add_argument("--name", default=None, help="a label for the key")
     create.set_defaults(func=_cmd_keys_create)
+    listing = keys.add_parser("list", help="list keys (ids, plans, states; never the keys)")
+    listing.set_defaults(func=_cmd_keys_list)
+    revoke = keys.add_parser("revoke", help="revoke a key; gateways refuse it at once")
+    revoke.add_argument("key_id", help="the key id (`keys list`)")
+    revoke.set_defaults(func=_cmd_keys_revoke)
+    set_plan = keys.add_parser("set-plan", help="move a key to another plan")
+    set_plan.add_argument("key_id", help="the key id (`keys list`)")
+    set_plan.add_argument("--plan", required=True, help="plan name from platform/plans.yaml")
+    set_plan.set_defaults(func=_cmd_keys_set_plan)
     from zerolayer.collapse.commands import add_parser as add_collapse
 
     add_collapse(sub, lambda fn: lambda args: fn(args, _config(args)))

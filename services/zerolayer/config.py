@@ -3,6 +3,7 @@ variables, then CLI flags, and passed down. No other module reads os.environ."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,13 +18,18 @@ __all__ = [
     "ModelSource",
     "AutoscalingConfig",
     "ActorOptions",
+    "ShortRequests",
     "TierConfig",
     "CollapseConfig",
     "ModelConfig",
+    "TierPrice",
+    "PlanLimits",
     "PlanConfig",
     "RedisConfig",
     "RayConfig",
     "GatewayConfig",
+    "ChunkerConfig",
+    "TokenfixConfig",
     "PlatformConfig",
     "default_platform_dir",
     "default_cache_dir",
@@ -95,6 +101,22 @@ ENGINE_ARTIFACTS = {
 }
 
 
+class ShortRequests(_Strict):
+    """A second replica group of a tier for short prompts (length-aware routing): prompts under
+    max_prompt_tokens go there, so they do not queue behind long prefills."""
+
+    max_prompt_tokens: int = Field(
+        default=512, ge=1, description="Prompts with fewer tokens than this go to this group"
+    )
+    max_ongoing_requests: int = Field(default=64, ge=1, description="Requests per replica")
+    autoscaling_config: AutoscalingConfig = Field(
+        default_factory=AutoscalingConfig, description="Ray Serve autoscaling of the group"
+    )
+    ray_actor_options: ActorOptions = Field(
+        default_factory=ActorOptions, description="Resources per replica"
+    )
+
+
 class TierConfig(_Strict):
     """How one tier of one model is served: its artifact, engine, scaling and resources."""
 
@@ -135,6 +157,9 @@ class TierConfig(_Strict):
     )
     sparse_min_tokens: int = Field(
         default=256, ge=1, description="torch engine: smallest step that uses 2:4 kernels"
+    )
+    short_requests: ShortRequests | None = Field(
+        default=None, description="Optional replica group for short prompts (same engine)"
     )
     fake_script: list[str] | None = Field(
         default=None, description="Tokens a fake engine replies with (tests only)"
@@ -197,17 +222,62 @@ class ModelConfig(_Strict):
         return self
 
 
+class TierPrice(_Strict):
+    """What one tier costs a plan's keys, in US dollars per 1,000 tokens."""
+
+    prompt_per_1k: float = Field(ge=0, description="USD per 1K prompt tokens")
+    completion_per_1k: float = Field(ge=0, description="USD per 1K completion tokens")
+
+    def micros(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """The cost of a request in micro-dollars (1e-6 USD), rounded up."""
+        exact = prompt_tokens * self.prompt_per_1k + completion_tokens * self.completion_per_1k
+        return math.ceil(round(exact * 1000, 6))
+
+
+class PlanLimits(_Strict):
+    """Per-key limits of a plan; a missing value means no limit."""
+
+    requests_per_minute: int | None = Field(default=None, ge=1, description="Requests per minute")
+    tokens_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="Prompt + completion tokens per minute; a request reserves prompt tokens + "
+        "max_tokens at admission and the reservation is reconciled when it ends",
+    )
+    concurrent_requests: int | None = Field(
+        default=None, ge=1, description="Requests of one key in flight at once"
+    )
+    monthly_budget_usd: float | None = Field(
+        default=None, ge=0, description="Spend per key and calendar month (UTC), in USD"
+    )
+
+
 class PlanConfig(_Strict):
-    """A customer plan: which tiers its keys may use."""
+    """A customer plan: its tiers, prices, limits and priority under load."""
 
     description: str = Field(default="", description="What the plan is for")
-    tiers: list[str] = Field(description="Tiers this plan's keys may call")
+    tiers: list[str] = Field(min_length=1, description="Tiers this plan's keys may call")
     default_tier: str = Field(description="Tier a bare model id resolves to")
+    prices: dict[str, TierPrice] = Field(
+        default_factory=dict, description="Price per tier; every tier of the plan needs one"
+    )
+    limits: PlanLimits = Field(default_factory=PlanLimits, description="Per-key limits")
+    priority: int = Field(
+        default=0,
+        description="Higher is served first under load: admission control sheds the lowest "
+        "priorities first",
+    )
 
     @model_validator(mode="after")
-    def _default_in_tiers(self) -> PlanConfig:
+    def _consistent(self) -> PlanConfig:
         if self.default_tier not in self.tiers:
             raise ValueError(f"default_tier {self.default_tier!r} is not in tiers {self.tiers}")
+        unpriced = [t for t in self.tiers if t not in self.prices]
+        if unpriced:
+            raise ValueError(f"no price for tier(s) {', '.join(unpriced)} (add them to prices)")
+        stray = sorted(set(self.prices) - set(self.tiers))
+        if stray:
+            raise ValueError(f"prices name tier(s) {', '.join(stray)} that are not in tiers")
         return self
 
 
@@ -243,6 +313,53 @@ class GatewayConfig(_Strict):
         default=256, ge=1, description="max_tokens when a request does not set it"
     )
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body")
+    admin_key_sha256: str | None = Field(
+        default=None,
+        description="SHA-256 of the admin key that guards /admin; set by the launcher from "
+        "ZEROLAYER_ADMIN_KEY or <cache>/admin-key (None: /admin is closed)",
+    )
+    queue_wait_threshold_ms: float = Field(
+        default=800.0,
+        gt=0,
+        description="Admission control: above this measured queue wait of a tier, the lowest "
+        "plan priorities are shed (each further multiple sheds the next priority)",
+    )
+    queue_wait_window_s: float = Field(
+        default=10.0, gt=0, description="Admission control: how far back waits are measured"
+    )
+    concurrency_lease_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A concurrency slot whose gateway died is freed after this long",
+    )
+
+
+class ChunkerConfig(_Strict):
+    """The chunker deployment: token-exact splitting of long inputs."""
+
+    chunk_tokens: int = Field(default=512, ge=8, description="Tokens per chunk")
+    overlap_tokens: int = Field(default=0, ge=0, description="Tokens repeated between chunks")
+    max_chunks: int = Field(default=1024, ge=1, description="Most chunks one request may make")
+    summary_tokens: int = Field(
+        default=128, ge=8, description="map-reduce: max_tokens of each partial summary"
+    )
+    num_cpus: float = Field(default=0.25, ge=0, description="Logical CPUs per replica")
+
+    @model_validator(mode="after")
+    def _overlap_below_chunk(self) -> ChunkerConfig:
+        if self.overlap_tokens >= self.chunk_tokens:
+            raise ValueError(
+                f"overlap_tokens {self.overlap_tokens} must be below chunk_tokens "
+                f"{self.chunk_tokens}"
+            )
+        return self
+
+
+class TokenfixConfig(_Strict):
+    """The tokenfix deployment: normalisation, chat template, exact token counts."""
+
+    replicas: int = Field(default=1, ge=1, description="Replicas")
+    num_cpus: float = Field(default=0.25, ge=0, description="Logical CPUs per replica")
 
 
 class PlatformConfig(_Strict):
@@ -268,6 +385,20 @@ class PlatformConfig(_Strict):
     redis: RedisConfig = Field(default_factory=RedisConfig, description="Redis connection")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray start-up")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="Gateway settings")
+    tokenfix: TokenfixConfig = Field(
+        default_factory=TokenfixConfig, description="Tokenfix deployment settings"
+    )
+    chunker: ChunkerConfig = Field(
+        default_factory=ChunkerConfig, description="Chunker deployment settings"
+    )
+    admin_key_file: str | None = Field(
+        default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"
+    )
+    admin_key: str | None = Field(
+        default=None,
+        exclude=True,  # never dumped into deployment configs; they get its hash
+        description="The admin key (ZEROLAYER_ADMIN_KEY); else read or made in admin_key_file",
+    )
 
     @model_validator(mode="after")
     def _cross_check(self) -> PlatformConfig:
@@ -275,7 +406,14 @@ class PlatformConfig(_Strict):
             raise ValueError(f"default_model {self.default_model!r} is not in models")
         if self.dev_plan not in self.plans:
             raise ValueError(f"dev_plan {self.dev_plan!r} is not in plans")
+        served = {t for model in self.models.values() for t in model.tiers}
         for pname, plan in self.plans.items():
+            unknown = [t for t in plan.tiers if t not in served]
+            if unknown:
+                raise ValueError(
+                    f"plan {pname!r}: tier(s) {', '.join(unknown)} are served by no model "
+                    f"(served tiers: {', '.join(sorted(served))})"
+                )
             for mname, model in self.models.items():
                 if plan.default_tier not in model.tiers:
                     raise ValueError(
@@ -346,6 +484,8 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         out["dev_plan"] = env["ZEROLAYER_DEV_PLAN"]
     if env.get("ZEROLAYER_CACHE_DIR"):
         out["cache_dir"] = env["ZEROLAYER_CACHE_DIR"]
+    if env.get("ZEROLAYER_ADMIN_KEY"):
+        out["admin_key"] = env["ZEROLAYER_ADMIN_KEY"]
     if env.get("ZEROLAYER_ARTIFACTS_DIR"):
         out["artifacts_dir"] = env["ZEROLAYER_ARTIFACTS_DIR"]
     redis: dict[str, Any] = {}

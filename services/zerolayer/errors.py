@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = [
@@ -14,6 +15,10 @@ __all__ = [
     "PermissionDenied",
     "ModelNotFound",
     "ContextLengthExceeded",
+    "PayloadTooLarge",
+    "RetryLater",
+    "RateLimited",
+    "Overloaded",
     "EngineError",
     "openai_error_body",
 ]
@@ -48,6 +53,10 @@ class APIError(ZerolayerError):
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI clients understand."""
         return openai_error_body(self.message, self.error_type, self.param, self.code)
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers that go with the error (Retry-After on 429 and 503)."""
+        return {}
 
 
 class InvalidRequest(APIError):
@@ -85,6 +94,39 @@ class ContextLengthExceeded(InvalidRequest):
     """Prompt plus max_tokens exceed what the tier serves."""
 
     code = "context_length_exceeded"
+
+
+class PayloadTooLarge(InvalidRequest):
+    """The request body is over the configured size."""
+
+    status_code = 413
+    code = "request_too_large"
+
+
+class RetryLater(APIError):
+    """A refusal that clears with time: the response carries Retry-After (seconds)."""
+
+    def __init__(self, message: str, retry_after: float, *, code: str | None = None):
+        super().__init__(message, code=code)
+        self.retry_after = max(1, math.ceil(retry_after))
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after)}
+
+
+class RateLimited(RetryLater):
+    """A per-key limit of the plan is reached; `code` names it."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+
+class Overloaded(RetryLater):
+    """Admission control shed the request: the tier's queue wait is over its threshold."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "tier_overloaded"
 
 
 class EngineError(APIError):

@@ -1,56 +1,164 @@
-"""The gateway's FastAPI app over in-process replicas with the scripted fake engine."""
+"""The gateway's FastAPI app over in-process replicas with the scripted fake engine, the real
+tokenfix and chunker, and a real redis-server. `make_gateway` builds more than one app on the same
+Redis: gateway replicas."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
-from zerolayer.config import PlatformConfig
+from zerolayer.chunker.service import Chunker
+from zerolayer.config import PlanConfig, PlatformConfig
 from zerolayer.engines.fake import FakeEngine
-from zerolayer.gateway.api import create_app
-from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.api import GatewayParts, create_app
+from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.metrics import Metrics
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.local import LocalBackend
-from zerolayer.store.keys import AsyncKeyStore, KeyStore
+from zerolayer.store.keys import AsyncKeyStore, KeyStore, hash_key
 from zerolayer.tokenfix.prompt import PromptBuilder
+from zerolayer.tokenfix.service import Tokenfix
 
 SCRIPT = ["The", " capital", " of", " France", " is", " Paris", "."]
+RAISE = True
+ADMIN_KEY = "zla-test-admin-key"
+PRICE = {"prompt_per_1k": 1.0, "completion_per_1k": 2.0}
+
+
+def plan(priority: int = 0, **limits: Any) -> PlanConfig:
+    """A plan on the baseline tier with the given limits (a micro-dollar per prompt token)."""
+    return PlanConfig(
+        tiers=["baseline"],
+        default_tier="baseline",
+        prices={"baseline": PRICE},
+        limits=limits,
+        priority=priority,
+    )
 
 
 class Gateway:
     """A test client plus the parts a test may want to look at."""
 
-    def __init__(self, client: TestClient, engine: FakeEngine, key: str, prompts: PromptBuilder):
+    def __init__(
+        self,
+        client: TestClient,
+        engine: FakeEngine,
+        key: str,
+        key_id: str,
+        prompts: PromptBuilder,
+        app: Any,
+    ):
         self.client = client
         self.engine = engine
         self.key = key
+        self.key_id = key_id
         self.prompts = prompts
+        self.app = app
 
     @property
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
 
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def settled(self) -> None:
+        """Wait until the background settlements of finished requests are written."""
+        self.client.portal.call(self.app.state.flow.drain)
+
+
+@pytest.fixture(scope="session")
+def tokenfix(model_dir: Path) -> Tokenfix:
+    return Tokenfix({"smollm2-135m": model_dir})
+
+
+@pytest.fixture(scope="session")
+def chunker(model_dir: Path, base_config: PlatformConfig) -> Chunker:
+    return Chunker({"smollm2-135m": model_dir}, base_config.chunker)
+
+
+GatewayFactory = Callable[..., Gateway]
+
 
 @pytest.fixture
-def gateway(
-    base_config: PlatformConfig, redis_url: str, prompts: PromptBuilder
-) -> Iterator[Gateway]:
-    engine = FakeEngine(SCRIPT)
-    key, _ = KeyStore(redis.Redis.from_url(redis_url)).create("pro")
-    replica = TierReplica("smollm2-135m:baseline", engine, prompts, 2048, 16)
-    backend = LocalBackend({"smollm2-135m:baseline": replica})
-    aclient = aioredis.from_url(redis_url)
+def make_gateway(
+    base_config: PlatformConfig,
+    redis_url: str,
+    prompts: PromptBuilder,
+    tokenfix: Tokenfix,
+    chunker: Chunker,
+) -> Iterator[GatewayFactory]:
+    """make_gateway(plans=..., key_plan=..., engine=..., key=...) -> a started Gateway. Apps made
+    by one call of the fixture share Redis (and, when given, the key)."""
+    stack: list[TestClient] = []
 
-    async def health() -> dict[str, str]:
-        await aclient.ping()
-        return {"status": "ok"}
+    def make(
+        plans: dict[str, PlanConfig] | None = None,
+        key_plan: str = "pro",
+        engine: FakeEngine | None = None,
+        key: tuple[str, str] | None = None,
+        tiers: dict[str, Any] | None = None,
+        gateway: dict[str, Any] | None = None,
+    ) -> Gateway:
+        cfg = base_config.model_copy(
+            update={
+                "plans": {**base_config.plans, **(plans or {})},
+                "gateway": base_config.gateway.model_copy(
+                    update={"admin_key_sha256": hash_key(ADMIN_KEY), **(gateway or {})}
+                ),
+            }
+        )
+        if tiers:
+            model = cfg.models["smollm2-135m"]
+            cfg.models["smollm2-135m"] = model.model_copy(
+                update={"tiers": {**model.tiers, **tiers}}
+            )
+        engine = engine or FakeEngine(SCRIPT)
+        sync = redis.Redis.from_url(redis_url)
+        if key is None:
+            secret, record = KeyStore(sync).create(key_plan)
+            key = (secret, record.key_id)
+        replicas = {
+            t: TierReplica(t, engine, prompts, 2048, 16)
+            for t in ("smollm2-135m:baseline", "smollm2-135m:baseline#short")
+        }
+        backend = LocalBackend(replicas, tokenfix, chunker)
+        aclient = aioredis.from_url(redis_url)
 
-    app = create_app(
-        backend, AsyncKeyStore(aclient).lookup, Catalog(base_config), base_config.gateway, health
-    )
-    with TestClient(app, raise_server_exceptions=False) as client:
-        client.portal.call(replica.start)
-        yield Gateway(client, engine, key, prompts)
+        async def health() -> dict[str, str]:
+            await aclient.ping()
+            return {"status": "ok"}
+
+        app = create_app(
+            GatewayParts(
+                backend=backend,
+                lookup_key=AsyncKeyStore(aclient).lookup,
+                config=cfg,
+                health=health,
+                limiter=Limiter(aclient, cfg.gateway.concurrency_lease_s),
+                metrics=Metrics(aclient),
+                keys=KeyStore(sync),
+            )
+        )
+        client = TestClient(app, raise_server_exceptions=RAISE)
+        client.__enter__()
+        stack.append(client)
+        for r in replicas.values():
+            client.portal.call(r.start)
+        return Gateway(client, engine, key[0], key[1], prompts, app)
+
+    yield make
+    for client in reversed(stack):
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def gateway(make_gateway: GatewayFactory) -> Gateway:
+    """One gateway, a pro key."""
+    return make_gateway()

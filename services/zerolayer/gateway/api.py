@@ -1,31 +1,55 @@
-"""The gateway's HTTP surface: OpenAI routes under /v1, /healthz. Built as a plain FastAPI app
-over a Backend, so it runs inside Ray Serve and in unit tests alike."""
+"""The gateway's HTTP surface: OpenAI routes under /v1, the admin API under /admin, /healthz and
+/metrics. Built as a plain FastAPI app over a Backend, so it runs inside Ray Serve and in unit
+tests alike."""
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zerolayer.config import GatewayConfig
-from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, openai_error_body
+from zerolayer.config import PlatformConfig
+from zerolayer.errors import (
+    APIError,
+    AuthenticationFailed,
+    InvalidRequest,
+    PayloadTooLarge,
+    openai_error_body,
+)
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from zerolayer.store.keys import ApiKeyRecord
+from zerolayer.gateway.flow import Flow
+from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.openapi import body_schema, install_schema
+from zerolayer.gateway.schemas import (
+    ChangePlanRequest,
+    ChatCompletionRequest,
+    ChunksRequest,
+    CompletionRequest,
+    CreateKeyRequest,
+)
+from zerolayer.store.keys import ApiKeyRecord, KeyStore
 
-__all__ = ["Backend", "create_app"]
+__all__ = ["Backend", "GatewayParts", "create_app", "read_json", "authorise"]
 
 
 class Backend(Protocol):
-    """Where the gateway sends a request once it is authorised and parsed."""
+    """Where the gateway sends a request once it is authorised and parsed: the tokenfix and
+    chunker steps and the tier replicas (Ray Serve handles, or in-process objects in tests)."""
+
+    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
+        """tokenfix: {"event": "prompt", "prompt_token_ids": [...]} or an error event."""
+
+    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
+        """chunker: {"event": "chunks", "chunks": [...], "rest": offset} or an error event."""
 
     def stream(self, target: str, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Events of one request (see zerolayer.replicas.core)."""
@@ -37,12 +61,33 @@ class Backend(Protocol):
         """Tier cards of the served tiers that answered, by '<model>:<tier>'."""
 
 
+BODY_MODELS: list[type[BaseModel]] = [
+    ChatCompletionRequest,
+    CompletionRequest,
+    ChunksRequest,
+    CreateKeyRequest,
+    ChangePlanRequest,
+]
+
 KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
 HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
 
 
+@dataclass
+class GatewayParts:
+    """What one gateway replica works with."""
+
+    backend: Backend
+    lookup_key: KeyLookup
+    config: PlatformConfig
+    health: HealthCheck
+    limiter: Limiter
+    metrics: Metrics
+    keys: KeyStore | None = None  # the admin API's key store (synchronous; admin calls are rare)
+
+
 def _error(exc: APIError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status_code)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
@@ -54,79 +99,63 @@ def _validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
     return f"invalid request body{where}: {first.get('msg', 'invalid value')}{more}", param
 
 
-def _sse(data: dict[str, Any] | str) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
+async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
+    """The key record of a request's bearer key; 401 if missing, unknown or revoked."""
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise AuthenticationFailed(
+            "no API key given: send 'Authorization: Bearer <key>' "
+            "(create one with `zerolayer keys create --plan NAME`)"
+        )
+    record = await lookup_key(key.strip())
+    if record is None or record.revoked:
+        raise AuthenticationFailed("the API key is unknown or revoked")
+    return record
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+async def read_body(request: Request, max_bytes: int) -> str:
+    """The request body as text: 413 over max_bytes, 400 if it is not UTF-8."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    raw = await request.body()
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"the request body is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from exc
 
 
-class _Shape:
-    """How one endpoint's objects look (chat vs text completion)."""
-
-    def __init__(self, chat: bool, rid: str, model: str):
-        self.chat = chat
-        self.rid = rid
-        self.model = model
-        self.created = int(time.time())
-
-    def _frame(self, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return {
-            "id": self.rid,
-            "object": obj,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            **extra,
-        }
-
-    def final(self, text: str, finish: str, usage: dict[str, int]) -> dict[str, Any]:
-        if self.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-            return self._frame("chat.completion", [choice], usage=usage)
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        return self._frame("text_completion", [choice], usage=usage)
-
-    def chunk(self, text: str | None, finish: str | None, usage: bool) -> dict[str, Any]:
-        if self.chat:
-            delta: dict[str, Any] = {}
-            if text is None and finish is None:
-                delta = {"role": "assistant", "content": ""}
-            elif text is not None:
-                delta = {"content": text}
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            obj = "chat.completion.chunk"
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-            obj = "text_completion"
-        extra = {"usage": None} if usage else {}
-        return self._frame(obj, [choice], **extra)
-
-    def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
-        obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return self._frame(obj, [], usage=usage)
+async def read_json(request: Request, model: type[BaseModel], max_bytes: int) -> Any:
+    """The body parsed into `model`; OpenAI-format 400/413 errors otherwise."""
+    text = await read_body(request, max_bytes)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = _validation_message(list(exc.errors()))
+        raise InvalidRequest(message, param=param) from exc
 
 
-def create_app(
-    backend: Backend,
-    lookup_key: KeyLookup,
-    catalog: Catalog,
-    settings: GatewayConfig,
-    health: HealthCheck,
-) -> FastAPI:
+def create_app(parts: GatewayParts) -> FastAPI:
     """The gateway's FastAPI app."""
+    from zerolayer.gateway.admin import admin_router
+    from zerolayer.gateway.chunks import chunks_router
+
+    cfg = parts.config
+    catalog = Catalog(cfg)
+    flow = Flow(parts.backend, cfg, catalog, parts.limiter, parts.metrics)
     app = FastAPI(title="zerolayer", version="0.1.0", docs_url=None, redoc_url=None)
+    app.state.flow = flow
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -148,123 +177,38 @@ def create_app(
         body = openai_error_body(f"internal error ({type(exc).__name__})", "server_error")
         return JSONResponse(body, status_code=500)
 
-    async def authorise(request: Request) -> ApiKeyRecord:
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            raise AuthenticationFailed(
-                "no API key given: send 'Authorization: Bearer <key>' "
-                "(create one with `zerolayer keys create --plan NAME`)"
-            )
-        record = await lookup_key(key.strip())
-        if record is None or record.revoked:
-            raise AuthenticationFailed("the API key is unknown or revoked")
-        return record
+    max_bytes = cfg.gateway.max_body_bytes
 
-    async def parse(request: Request, model: type[BaseModel]) -> Any:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
-            raise _TooLarge(settings.max_body_bytes)
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise _TooLarge(settings.max_body_bytes)
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise InvalidRequest("the request body must be a JSON object")
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            message, param = _validation_message(list(exc.errors()))
-            raise InvalidRequest(message, param=param) from exc
-
-    async def serve(body: ChatCompletionRequest | CompletionRequest, plan: str) -> Response:
-        chat = isinstance(body, ChatCompletionRequest)
-        target = catalog.resolve(body.model, plan)
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        req: dict[str, Any] = {"request_id": rid, **body.sampling()}
-        if isinstance(body, ChatCompletionRequest):
-            req["messages"] = [{"role": m.role, "content": m.text()} for m in body.messages]
-        else:
-            req["prompt"] = body.prompt
-        shape = _Shape(chat, rid, target)  # the tier that answered, as OpenAI names the version
-        headers = {"x-request-id": rid}
-        if not body.stream:
-            res = await backend.complete(target, req)
-            if res["event"] == "error":
-                return JSONResponse(res["body"], status_code=res["status"], headers=headers)
-            usage = _usage(res["prompt_tokens"], res["completion_tokens"])
-            return JSONResponse(
-                shape.final(res["text"], res["finish_reason"], usage), headers=headers
-            )
-        events = backend.stream(target, req)
-        first = await anext(events)
-        if first["event"] == "error":
-            await events.aclose()
-            return JSONResponse(first["body"], status_code=first["status"], headers=headers)
-        return StreamingResponse(
-            _sse_stream(shape, events, first, body.include_usage()),
-            media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache"},
-        )
-
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
-        record = await authorise(request)
-        return await serve(await parse(request, ChatCompletionRequest), record.plan)
+        record = await authorise(request, parts.lookup_key)
+        return await flow(await read_json(request, ChatCompletionRequest, max_bytes), record)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=body_schema(CompletionRequest))
     async def completions(request: Request) -> Response:
-        record = await authorise(request)
-        return await serve(await parse(request, CompletionRequest), record.plan)
+        record = await authorise(request, parts.lookup_key)
+        return await flow(await read_json(request, CompletionRequest, max_bytes), record)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        await authorise(request)
-        return {"object": "list", "data": catalog.cards(int(time.time()), await backend.cards())}
+        await authorise(request, parts.lookup_key)
+        return {
+            "object": "list",
+            "data": catalog.cards(int(time.time()), await parts.backend.cards()),
+        }
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
-        report = await health()
+        report = await parts.health()
         return JSONResponse(report, status_code=200 if report.get("status") == "ok" else 503)
 
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        waits = {t: flow.admission.wait_s(t) for t in catalog.served()}
+        text = await parts.metrics.render({"zerolayer_queue_wait_seconds": waits})
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    app.include_router(chunks_router(parts, catalog, flow))
+    app.include_router(admin_router(parts))
+    install_schema(app, BODY_MODELS)
     return app
-
-
-class _TooLarge(APIError):
-    status_code = 413
-    error_type = "invalid_request_error"
-    code = "request_too_large"
-
-    def __init__(self, limit: int):
-        super().__init__(f"the request body is larger than {limit} bytes")
-
-
-async def _sse_stream(
-    shape: _Shape, events: AsyncIterator[dict[str, Any]], first: dict[str, Any], usage: bool
-) -> AsyncIterator[bytes]:
-    prompt_tokens = first["prompt_tokens"]
-    completion = 0
-    try:
-        if shape.chat:
-            yield _sse(shape.chunk(None, None, usage))
-        async for ev in events:
-            kind = ev["event"]
-            if kind == "delta":
-                completion += ev["tokens"]
-                if ev["text"]:  # an end-of-sequence token carries no text: nothing to send
-                    yield _sse(shape.chunk(ev["text"], None, usage))
-            elif kind == "end":
-                completion = ev["completion_tokens"]
-                yield _sse(shape.chunk(None if shape.chat else "", ev["finish_reason"], usage))
-                if usage:
-                    yield _sse(shape.usage_chunk(_usage(prompt_tokens, completion)))
-            elif kind == "error":
-                # Status 200 is already sent: report in-band, then end the stream properly.
-                yield _sse(ev["body"])
-                break
-        yield _sse("[DONE]")
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]

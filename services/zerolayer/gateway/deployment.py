@@ -6,26 +6,42 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from zerolayer.config import PlatformConfig
-from zerolayer.gateway.api import create_app
-from zerolayer.gateway.catalog import Catalog
-from zerolayer.store.keys import AsyncKeyStore
+from zerolayer.gateway.api import GatewayParts, create_app
+from zerolayer.gateway.flow import SHORT
+from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.metrics import Metrics
+from zerolayer.store.keys import AsyncKeyStore, KeyStore
 
 __all__ = ["HandleBackend", "GatewayDeployment", "gateway_deployment"]
 
 
 class HandleBackend:
-    """Sends requests to tier replicas through Ray Serve handles."""
+    """Sends requests to tokenfix, the chunker and the tier replicas through Ray Serve handles."""
 
-    def __init__(self, handles: dict[str, DeploymentHandle]):
+    def __init__(
+        self,
+        handles: dict[str, DeploymentHandle],
+        tokenfix: DeploymentHandle,
+        chunker: DeploymentHandle,
+    ):
         self.handles = handles
+        self.tokenfix = tokenfix
+        self.chunker = chunker
         self._streams = {k: h.options(stream=True) for k, h in handles.items()}
         self._cards: dict[str, dict[str, Any]] = {}
+
+    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
+        return await self.tokenfix.prepare.remote(model, req)
+
+    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
+        return await self.chunker.chunk.remote(model, text, **options)
 
     async def stream(self, target: str, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         gen = self._streams[target].stream.remote(req)
@@ -44,7 +60,7 @@ class HandleBackend:
     async def cards(self) -> dict[str, dict[str, Any]]:
         """Each tier's card, asked of one of its replicas once and then kept (a tier's artifact
         and engine do not change while the application runs)."""
-        missing = [t for t in self.handles if t not in self._cards]
+        missing = [t for t in self.handles if t not in self._cards and SHORT not in t]
         if missing:
             got = await asyncio.gather(
                 *(self.handles[t].card.remote() for t in missing), return_exceptions=True
@@ -57,25 +73,40 @@ class HandleBackend:
 
 @serve.ingress()
 class GatewayDeployment:
-    """OpenAI-compatible front door: auth, routing to tiers, SSE."""
+    """OpenAI-compatible front door: keys, limits, admission, routing to tiers, SSE, admin."""
 
-    def __init__(self, config: dict[str, Any], handles: dict[str, DeploymentHandle]):
+    def __init__(
+        self,
+        config: dict[str, Any],
+        handles: dict[str, DeploymentHandle],
+        tokenfix: DeploymentHandle,
+        chunker: DeploymentHandle,
+    ):
         self.config = PlatformConfig.model_validate(config)
-        self.redis = aioredis.from_url(self.config.redis.url or "", health_check_interval=30)
+        url = self.config.redis.url or ""
+        self.redis = aioredis.from_url(url, health_check_interval=30)
         self.keys = AsyncKeyStore(self.redis)
-        self.backend = HandleBackend(handles)
+        self.backend = HandleBackend(handles, tokenfix, chunker)
+        self.parts = GatewayParts(
+            backend=self.backend,
+            lookup_key=self.keys.lookup,
+            config=self.config,
+            health=self._health,
+            limiter=Limiter(self.redis, self.config.gateway.concurrency_lease_s),
+            metrics=Metrics(self.redis),
+            keys=KeyStore(redis.Redis.from_url(url)),
+        )
 
     async def _health(self) -> dict[str, Any]:
         try:
             await self.redis.ping()
         except Exception as exc:  # report, do not raise: /healthz answers either way
             return {"status": "degraded", "redis": f"unreachable: {type(exc).__name__}"}
-        return {"status": "ok", "redis": "ok", "tiers": sorted(self.backend.handles)}
+        tiers = sorted(t for t in self.backend.handles if SHORT not in t)
+        return {"status": "ok", "redis": "ok", "tiers": tiers}
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(
-            self.backend, self.keys.lookup, Catalog(self.config), self.config.gateway, self._health
-        )
+        return create_app(self.parts)
 
 
 def gateway_deployment(cfg: PlatformConfig) -> Any:

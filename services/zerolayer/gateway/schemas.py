@@ -12,6 +12,9 @@ __all__ = [
     "ChatMessage",
     "ChatCompletionRequest",
     "CompletionRequest",
+    "ChunksRequest",
+    "CreateKeyRequest",
+    "ChangePlanRequest",
 ]
 
 
@@ -122,3 +125,40 @@ class CompletionRequest(_Sampling):
         if isinstance(v, list) and not v:
             raise ValueError("prompt must not be empty")
         return v  # type: ignore[return-value]
+
+
+class ChunksRequest(_Body):
+    """POST /v1/chunks (JSON): token-exact chunks of one or more texts."""
+
+    model: str = Field(min_length=1, description="Whose tokenizer counts: '<model>[:<tier>]'")
+    input: str | list[str] = Field(description="A text, or a list of texts")
+    chunk_tokens: int | None = Field(
+        default=None, ge=8, le=32768, description="Tokens per chunk (default: the platform's)"
+    )
+    overlap_tokens: int | None = Field(
+        default=None, ge=0, le=32767, description="Tokens repeated at the start of the next chunk"
+    )
+
+    @field_validator("input")
+    @classmethod
+    def _some_input(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list) and not v:
+            raise ValueError("input must not be an empty list")
+        return v
+
+    def texts(self) -> list[str]:
+        """The inputs as a list."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class CreateKeyRequest(_Body):
+    """POST /admin/keys."""
+
+    plan: str = Field(min_length=1, description="Plan of the new key")
+    name: str = Field(default="", max_length=200, description="A label for the key")
+
+
+class ChangePlanRequest(_Body):
+    """PATCH /admin/keys/{key_id}."""
+
+    plan: str = Field(min_length=1, description="The key's new plan")

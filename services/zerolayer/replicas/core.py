@@ -3,7 +3,8 @@
 Results travel as small dict events so they cross Ray handles cheaply:
   {"event": "start", "prompt_tokens": n}
   {"event": "delta", "text": str, "tokens": k}
-  {"event": "end", "finish_reason": str, "prompt_tokens": n, "completion_tokens": m}
+  {"event": "end", "finish_reason": str, "prompt_tokens": n, "completion_tokens": m,
+   "decode_s": seconds from the first token to the end}
   {"event": "error", "status": int, "body": {...OpenAI error...}}
 An error before "start" means nothing was generated; after it, the stream stops there.
 """
@@ -11,6 +12,7 @@ An error before "start" means nothing was generated; after it, the stream stops 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,9 +20,24 @@ from zerolayer.engines.base import Engine, SamplingSpec
 from zerolayer.errors import APIError, ContextLengthExceeded, EngineError, InvalidRequest
 from zerolayer.tokenfix.prompt import PromptBuilder
 
-__all__ = ["TierReplica"]
+__all__ = ["TierReplica", "completion_budget"]
 
 log = logging.getLogger(__name__)
+
+
+def completion_budget(
+    max_model_len: int, prompt_tokens: int, asked: int | None, default_max_tokens: int
+) -> int:
+    """max_tokens of a request: what it asked for, else the default within the context; raises
+    ContextLengthExceeded (a 400 that states both numbers) when the prompt leaves no room."""
+    room = max_model_len - prompt_tokens
+    if room < 1 or (asked is not None and asked > room):
+        raise ContextLengthExceeded(
+            f"this model's context is {max_model_len} tokens; the prompt has {prompt_tokens} "
+            f"tokens and max_tokens asks for {asked if asked is not None else 1} more",
+            param="max_tokens" if asked is not None and room >= 1 else "messages",
+        )
+    return asked if asked is not None else min(default_max_tokens, room)
 
 
 class TierReplica:
@@ -46,21 +63,17 @@ class TierReplica:
         await self.engine.start()
 
     def _spec(self, req: dict[str, Any]) -> SamplingSpec:
-        if req.get("messages") is not None:
+        if req.get("prompt_token_ids") is not None:  # tokenfix already built and counted it
+            ids = list(req["prompt_token_ids"])
+        elif req.get("messages") is not None:
             ids = self.prompts.chat(req["messages"])
         else:
             ids = self.prompts.completion(req["prompt"])
         if not ids:
             raise InvalidRequest("the prompt is empty", param="prompt")
-        room = self.max_model_len - len(ids)
-        asked = req.get("max_tokens")
-        if room < 1 or (asked is not None and asked > room):
-            raise ContextLengthExceeded(
-                f"this model's context is {self.max_model_len} tokens; the prompt has {len(ids)} "
-                f"tokens and max_tokens asks for {asked if asked is not None else 1} more",
-                param="max_tokens" if asked is not None and room >= 1 else "messages",
-            )
-        max_tokens = asked if asked is not None else min(self.default_max_tokens, room)
+        max_tokens = completion_budget(
+            self.max_model_len, len(ids), req.get("max_tokens"), self.default_max_tokens
+        )
         return SamplingSpec(
             request_id=req["request_id"],
             prompt_token_ids=ids,
@@ -82,8 +95,11 @@ class TierReplica:
         yield {"event": "start", "prompt_tokens": prompt_tokens}
         completion = 0
         finish = None
+        first_at: float | None = None
         try:
             async for delta in self.engine.generate(spec):
+                if first_at is None and delta.token_ids:
+                    first_at = time.monotonic()
                 completion += len(delta.token_ids)
                 finish = delta.finish_reason or finish
                 if delta.text or delta.token_ids:
@@ -104,6 +120,8 @@ class TierReplica:
             "finish_reason": finish or "stop",
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion,
+            # from the first token on: the gateway subtracts it to measure the queue wait
+            "decode_s": time.monotonic() - first_at if first_at is not None else 0.0,
         }
 
     async def complete(self, req: dict[str, Any]) -> dict[str, Any]:

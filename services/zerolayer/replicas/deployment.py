@@ -60,16 +60,20 @@ class TierDeployment:
         return await self.replica.engine.stats()
 
 
-def tier_deployment(name: str, cfg: PlatformConfig, model: str, tier: str) -> Any:
-    """TierDeployment as a Ray Serve deployment with the tier's scaling options."""
+def tier_deployment(
+    name: str, cfg: PlatformConfig, model: str, tier: str, short: bool = False
+) -> Any:
+    """TierDeployment as a Ray Serve deployment with the tier's scaling options (those of its
+    short-request group when `short`)."""
     tc = cfg.models[model].tiers[tier]
+    group = tc.short_requests if short and tc.short_requests is not None else tc
     return serve.deployment(
         TierDeployment,
         name=name,
-        max_ongoing_requests=tc.max_ongoing_requests,
-        autoscaling_config=tc.autoscaling_config.model_dump(exclude_none=True),
+        max_ongoing_requests=group.max_ongoing_requests,
+        autoscaling_config=group.autoscaling_config.model_dump(exclude_none=True),
         ray_actor_options={
-            **tc.ray_actor_options.model_dump(),
+            **group.ray_actor_options.model_dump(),
             # vLLM's start-up chatter goes to the console through Ray; warnings are enough there.
             "runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING"}},
         },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 import time
@@ -15,9 +16,9 @@ from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
 from zerolayer.replicas.artifacts import build_missing
 from zerolayer.store.embedded import EmbeddedRedis
-from zerolayer.store.keys import KeyStore
+from zerolayer.store.keys import KeyStore, hash_key
 
-__all__ = ["Platform", "dev_key"]
+__all__ = ["Platform", "dev_key", "admin_key"]
 
 
 def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
@@ -34,6 +35,21 @@ def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(key + "\n")
     os.chmod(path, 0o600)
+    return key
+
+
+def admin_key(cfg: PlatformConfig) -> str:
+    """The admin key: ZEROLAYER_ADMIN_KEY when set, else the one kept in <cache>/admin-key
+    (mode 600), made on first use."""
+    if cfg.admin_key:
+        return cfg.admin_key
+    path = Path(cfg.admin_key_file or Path(cfg.cache_dir) / "admin-key")
+    if path.exists():
+        return path.read_text().strip()
+    key = "zla-" + secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(key + "\n")
     return key
 
 
@@ -82,6 +98,13 @@ class Platform:
         self.key: str | None = None
 
     @property
+    def admin_key_source(self) -> str:
+        """Where the admin key comes from (said at start; the key itself is not printed)."""
+        if self.cfg.admin_key:
+            return "ZEROLAYER_ADMIN_KEY"
+        return str(self.cfg.admin_key_file or Path(self.cfg.cache_dir) / "admin-key")
+
+    @property
     def base_url(self) -> str:
         return f"http://{self.cfg.host}:{self.cfg.port}/v1"
 
@@ -115,6 +138,11 @@ class Platform:
             self.key = dev_key(self.cfg, client)
         finally:
             client.close()
+        # the gateway checks the admin key against its hash; the key stays out of Ray's config
+        gateway = self.cfg.gateway.model_copy(
+            update={"admin_key_sha256": hash_key(admin_key(self.cfg))}
+        )
+        self.cfg = self.cfg.model_copy(update={"gateway": gateway})
 
         import ray
         from ray import serve

@@ -6,15 +6,29 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis import Redis
 
-__all__ = ["KEY_PREFIX", "ApiKeyRecord", "hash_key", "new_key", "KeyStore", "AsyncKeyStore"]
+__all__ = [
+    "KEY_PREFIX",
+    "UnknownKey",
+    "ApiKeyRecord",
+    "hash_key",
+    "new_key",
+    "KeyStore",
+    "AsyncKeyStore",
+]
 
 KEY_PREFIX = "zl-"
 _HASH_NS = "zl:key:"
 _INDEX = "zl:keys"
+_ID_NS = "zl:keyid:"
+
+
+class UnknownKey(LookupError):
+    """No key has that id."""
 
 
 def hash_key(key: str) -> str:
@@ -37,6 +51,16 @@ class ApiKeyRecord:
     name: str
     revoked: bool
 
+    def public(self) -> dict[str, Any]:
+        """The record as the admin API and the CLI show it (never the key)."""
+        return {
+            "key_id": self.key_id,
+            "plan": self.plan,
+            "name": self.name,
+            "created": int(self.created),
+            "revoked": self.revoked,
+        }
+
     @classmethod
     def from_hash(cls, data: dict[bytes, bytes]) -> ApiKeyRecord:
         def get(k: str) -> str:
@@ -52,7 +76,10 @@ class ApiKeyRecord:
 
 
 class KeyStore:
-    """Create and look up keys (CLI side, synchronous)."""
+    """Create, list, revoke and re-plan keys (CLI and admin API; synchronous: these are rare).
+
+    Redis layout: zl:key:<sha256> is a hash with the record, zl:keys the set of all hashes,
+    zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash)."""
 
     def __init__(self, client: Redis):
         self.client = client
@@ -74,6 +101,7 @@ class KeyStore:
             },
         )
         pipe.sadd(_INDEX, digest)
+        pipe.set(_ID_NS + record.key_id, digest)
         pipe.execute()
         return key, record
 
@@ -81,6 +109,43 @@ class KeyStore:
         """The record of a key, or None if unknown."""
         data = self.client.hgetall(_HASH_NS + hash_key(key))
         return ApiKeyRecord.from_hash(data) if data else None
+
+    def _digest(self, key_id: str) -> str:
+        found = self.client.get(_ID_NS + key_id)
+        if found:
+            return found.decode()
+        # keys made before the id index existed
+        for d in self.client.smembers(_INDEX):
+            if d.decode().startswith(key_id) and len(key_id) == 12:
+                return d.decode()
+        raise UnknownKey(f"no API key with id {key_id!r}")
+
+    def get(self, key_id: str) -> ApiKeyRecord:
+        """The record of a key id; UnknownKey if there is none."""
+        data = self.client.hgetall(_HASH_NS + self._digest(key_id))
+        if not data:
+            raise UnknownKey(f"no API key with id {key_id!r}")
+        return ApiKeyRecord.from_hash(data)
+
+    def list(self) -> list[ApiKeyRecord]:
+        """Every key's record (never the key), oldest first."""
+        digests = sorted(d.decode() for d in self.client.smembers(_INDEX))
+        pipe = self.client.pipeline()
+        for d in digests:
+            pipe.hgetall(_HASH_NS + d)
+        records = [ApiKeyRecord.from_hash(data) for data in pipe.execute() if data]
+        return sorted(records, key=lambda r: (r.created, r.key_id))
+
+    def revoke(self, key_id: str) -> ApiKeyRecord:
+        """Mark a key revoked; every gateway refuses it from its next request (look-ups are not
+        cached)."""
+        self.client.hset(_HASH_NS + self._digest(key_id), "revoked", "1")
+        return self.get(key_id)
+
+    def set_plan(self, key_id: str, plan: str) -> ApiKeyRecord:
+        """Move a key to another plan (its next request is served under it)."""
+        self.client.hset(_HASH_NS + self._digest(key_id), "plan", plan)
+        return self.get(key_id)
 
 
 class AsyncKeyStore:

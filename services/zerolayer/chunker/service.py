@@ -1,0 +1,58 @@
+"""The chunker step of the request path: token-exact chunks of long text for one model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zerolayer.chunker.core import cut
+from zerolayer.config import ChunkerConfig
+from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
+
+__all__ = ["Chunker"]
+
+
+class Chunker:
+    """Cuts text with each served model's tokenizer (the one its tier counts with)."""
+
+    def __init__(self, model_dirs: dict[str, str | Path], settings: ChunkerConfig):
+        from transformers import AutoTokenizer
+
+        self.settings = settings
+        self.tokenizers = {m: AutoTokenizer.from_pretrained(str(d)) for m, d in model_dirs.items()}
+
+    def spans(
+        self,
+        model: str,
+        text: str,
+        final: bool = True,
+        chunk_tokens: int | None = None,
+        overlap_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """{"event": "chunks", "chunks": [{"text", "start", "end", "tokens"}], "rest": offset};
+        raises InvalidRequest or PayloadTooLarge."""
+        n = chunk_tokens or self.settings.chunk_tokens
+        overlap = self.settings.overlap_tokens if overlap_tokens is None else overlap_tokens
+        if overlap >= n:
+            raise InvalidRequest(
+                f"overlap_tokens ({overlap}) must be below chunk_tokens ({n})",
+                param="overlap_tokens",
+            )
+        spans, rest = cut(self.tokenizers[model], text, n, overlap, final)
+        if len(spans) > self.settings.max_chunks:
+            raise PayloadTooLarge(
+                f"the input makes {len(spans)} chunks of {n} tokens; at most "
+                f"{self.settings.max_chunks} are served per request"
+            )
+        chunks = [
+            {"text": text[s.start : s.end], "start": s.start, "end": s.end, "tokens": s.tokens}
+            for s in spans
+        ]
+        return {"event": "chunks", "chunks": chunks, "rest": rest}
+
+    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
+        """spans() as an event; errors as error events (this is a deployment method)."""
+        try:
+            return self.spans(model, text, **options)
+        except APIError as exc:
+            return {"event": "error", "status": exc.status_code, "body": exc.body()}

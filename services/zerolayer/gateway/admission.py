@@ -1,0 +1,98 @@
+"""Admission control per tier: shed the lowest plan priorities first when a tier's measured queue
+wait passes a threshold.
+
+The wait of a request is the time from the gateway handing it to the tier until its first
+token: Ray Serve's queue, the engine's queue and the prefill. Streams measure it directly;
+non-streamed requests as their whole time minus the decode time the replica reports. A tier's
+current wait is the median of the waits measured in the last `window_s`, or the age of its
+oldest stream still without a first token when that is larger (a stalled tier shows at once).
+
+Shedding: with the plans' distinct priorities ranked from lowest (rank 0) to highest (rank k),
+a wait of at least m x threshold sheds ranks below m; the highest rank is never shed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from itertools import count
+
+from zerolayer.errors import Overloaded
+
+__all__ = ["Admission"]
+
+_FORGET_S = 300.0
+
+
+class _Tier:
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, float]] = deque(maxlen=512)
+        self.pending: dict[int, float] = {}
+
+
+class Admission:
+    """Measured queue waits of the tiers, and the shedding decision."""
+
+    def __init__(
+        self,
+        threshold_ms: float,
+        window_s: float,
+        priorities: Iterable[int],
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.threshold_s = threshold_ms / 1000.0
+        self.window_s = window_s
+        self.ranks = {p: i for i, p in enumerate(sorted(set(priorities)))}
+        self.top = len(self.ranks) - 1
+        self.clock = clock
+        self._tiers: dict[str, _Tier] = {}
+        self._ids = count()
+
+    def _tier(self, target: str) -> _Tier:
+        return self._tiers.setdefault(target, _Tier())
+
+    def wait_s(self, target: str) -> float:
+        """The tier's current queue wait, in seconds."""
+        t = self._tier(target)
+        now = self.clock()
+        while t.samples and t.samples[0][0] < now - self.window_s:
+            t.samples.popleft()
+        measured = statistics.median(w for _, w in t.samples) if t.samples else 0.0
+        for token, since in list(t.pending.items()):
+            if since < now - _FORGET_S:  # a stream whose end was never seen (client gone early)
+                del t.pending[token]
+        stalled = now - min(t.pending.values()) if t.pending else 0.0
+        return max(measured, stalled)
+
+    def check(self, target: str, priority: int) -> None:
+        """Raise Overloaded (503 + Retry-After) if this priority is shed on this tier now."""
+        wait = self.wait_s(target)
+        if wait < self.threshold_s:
+            return
+        level = int(wait // self.threshold_s)
+        rank = self.ranks.get(priority, 0)
+        if rank < self.top and rank < level:
+            raise Overloaded(
+                f"the tier {target} is overloaded (queue wait {wait * 1000:.0f} ms, threshold "
+                f"{self.threshold_s * 1000:.0f} ms); requests of this plan's priority are shed "
+                "first, retry later",
+                wait,
+            )
+
+    def waiting(self, target: str) -> int:
+        """Note a stream sent to the tier; returns a token for first_token()."""
+        token = next(self._ids)
+        self._tier(target).pending[token] = self.clock()
+        return token
+
+    def first_token(self, target: str, token: int) -> None:
+        """The stream of `token` got its first token (or ended): record its wait."""
+        started = self._tier(target).pending.pop(token, None)
+        if started is not None:
+            self.record(target, self.clock() - started)
+
+    def record(self, target: str, wait_s: float) -> None:
+        """A measured wait of a finished request."""
+        self._tier(target).samples.append((self.clock(), max(0.0, wait_s)))

@@ -1,0 +1,186 @@
+"""POST /v1/chunks: token-exact chunks for clients (RAG ingestion).
+
+A JSON body ({"model", "input", "chunk_tokens", "overlap_tokens"}) gets all chunks at once. A
+plain-text body (Content-Type text/plain, options in the query string) may be streamed: the
+gateway buffers it, has the chunker cut every chunk that is complete, and answers with one JSON
+line per chunk as soon as it is (application/x-ndjson), then a last line
+{"object": "chunks.done", ...}. Errors after the first line arrive in-band as {"error": {...}}.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
+from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.schemas import ChunksRequest
+
+if TYPE_CHECKING:
+    from zerolayer.gateway.api import GatewayParts
+    from zerolayer.gateway.flow import Flow
+
+__all__ = ["chunks_router"]
+
+_FEED_CHARS = 4096  # ask the chunker again once this much new text is buffered
+
+
+def _chunk_object(index: int, input_index: int, base: int, c: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "chunk",
+        "index": index,
+        "input_index": input_index,
+        "text": c["text"],
+        "tokens": c["tokens"],
+        "start_char": base + c["start"],
+        "end_char": base + c["end"],
+    }
+
+
+def _raise(ev: dict[str, Any]) -> None:
+    if ev["event"] == "error":
+        err = APIError(ev["body"]["error"]["message"], code=ev["body"]["error"].get("code"))
+        err.status_code = ev["status"]
+        err.error_type = ev["body"]["error"]["type"]
+        raise err
+
+
+def _query_options(request: Request) -> tuple[str, dict[str, int]]:
+    q = request.query_params
+    model = q.get("model")
+    if not model:
+        raise InvalidRequest("a text/plain body needs ?model=<model> in the URL", param="model")
+    options: dict[str, int] = {}
+    for name in ("chunk_tokens", "overlap_tokens"):
+        if name in q:
+            try:
+                options[name] = int(q[name])
+            except ValueError as exc:
+                raise InvalidRequest(f"{name} must be an integer", param=name) from exc
+    try:
+        ChunksRequest(model=model, input="x", **options)  # same bounds as the JSON body
+    except ValueError as exc:
+        raise InvalidRequest(f"invalid chunk options: {exc}") from exc
+    return model, options
+
+
+def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRouter:
+    """The /v1/chunks route."""
+    from zerolayer.gateway.api import authorise, read_json
+
+    router = APIRouter()
+    cfg = parts.config
+
+    async def admitted(request: Request, model_id: str) -> tuple[str, Any]:
+        record = await authorise(request, parts.lookup_key)
+        target = catalog.resolve(model_id, record.plan)
+        plan = cfg.plans[record.plan]
+        # chunking is free, but it counts as a request and holds a concurrency slot
+        res = await parts.limiter.admit(record.key_id, record.plan, plan, request_id(), 0, 0)
+        return target.partition(":")[0], res
+
+    @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
+    async def chunks(request: Request) -> Response:
+        if request.headers.get("content-type", "").startswith("text/plain"):
+            model_id, options = _query_options(request)
+            model, reservation = await admitted(request, model_id)
+            return StreamingResponse(
+                _streamed(parts, request, model, options, reservation, flow),
+                media_type="application/x-ndjson",
+            )
+        body = await read_json(request, ChunksRequest, cfg.gateway.max_body_bytes)
+        model, reservation = await admitted(request, body.model)
+        try:
+            data: list[dict[str, Any]] = []
+            total = 0
+            options = {"chunk_tokens": body.chunk_tokens, "overlap_tokens": body.overlap_tokens}
+            for j, text in enumerate(body.texts()):
+                ev = await parts.backend.chunk(model, text, final=True, **options)
+                _raise(ev)
+                for c in ev["chunks"]:
+                    data.append(_chunk_object(len(data), j, 0, c))
+                    total += c["tokens"]
+                if len(data) > cfg.chunker.max_chunks:
+                    raise PayloadTooLarge(
+                        f"the inputs make more than {cfg.chunker.max_chunks} chunks"
+                    )
+        finally:
+            flow.later(parts.limiter.settle(reservation, 0, 0))
+        return JSONResponse(
+            {
+                "object": "list",
+                "model": model,
+                "data": data,
+                "usage": {"prompt_tokens": total, "total_tokens": total},
+            }
+        )
+
+    return router
+
+
+def request_id() -> str:
+    """A fresh id for a chunking request (its concurrency lease)."""
+    return "chunks-" + uuid.uuid4().hex
+
+
+async def _streamed(
+    parts: GatewayParts,
+    request: Request,
+    model: str,
+    options: dict[str, int],
+    reservation: Any,
+    flow: Flow,
+) -> AsyncIterator[bytes]:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    buffer, base, fed, index, total = "", 0, 0, 0, 0
+    limit = parts.config.chunker.max_chunks
+
+    def lines(chunks: list[dict[str, Any]]) -> list[bytes]:
+        nonlocal index, total
+        out = []
+        for c in chunks:
+            out.append(json.dumps(_chunk_object(index, 0, base, c)).encode() + b"\n")
+            index += 1
+            total += c["tokens"]
+        if index > limit:
+            raise PayloadTooLarge(f"the input makes more than {limit} chunks")
+        return out
+
+    try:
+        async for piece in request.stream():
+            buffer += decoder.decode(piece)
+            if len(buffer) - fed < _FEED_CHARS:
+                continue
+            ev = await parts.backend.chunk(model, buffer, final=False, **options)
+            _raise(ev)
+            for line in lines(ev["chunks"]):
+                yield line
+            base += ev["rest"]
+            buffer = buffer[ev["rest"] :]
+            fed = len(buffer)
+        buffer += decoder.decode(b"", final=True)
+        ev = await parts.backend.chunk(model, buffer, final=True, **options)
+        _raise(ev)
+        for line in lines(ev["chunks"]):
+            yield line
+        done = {
+            "object": "chunks.done",
+            "chunks": index,
+            "tokens": total,
+            "chars": base + len(buffer),
+        }
+        yield json.dumps(done).encode() + b"\n"
+    except UnicodeDecodeError as exc:
+        err = InvalidRequest(f"the request body is not valid UTF-8 ({exc.reason})")
+        yield json.dumps(err.body()).encode() + b"\n"
+    except APIError as exc:
+        yield json.dumps(exc.body()).encode() + b"\n"
+    finally:
+        flow.later(parts.limiter.settle(reservation, 0, 0))

@@ -1,0 +1,117 @@
+"""OpenAI response objects (chat and text completions, JSON and server-sent events) built from
+the replicas' events (zerolayer.replicas.core)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+__all__ = ["sse", "usage", "Shape", "sse_stream"]
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+class Shape:
+    """How one endpoint's objects look (chat vs text completion)."""
+
+    def __init__(self, chat: bool, rid: str, model: str):
+        self.chat = chat
+        self.rid = rid
+        self.model = model
+        self.created = int(time.time())
+
+    def _frame(self, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.rid,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+
+    def final(self, text: str, finish: str, usage: dict[str, int]) -> dict[str, Any]:
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+            return self._frame("chat.completion", [choice], usage=usage)
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return self._frame("text_completion", [choice], usage=usage)
+
+    def chunk(self, text: str | None, finish: str | None, usage: bool) -> dict[str, Any]:
+        if self.chat:
+            delta: dict[str, Any] = {}
+            if text is None and finish is None:
+                delta = {"role": "assistant", "content": ""}
+            elif text is not None:
+                delta = {"content": text}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            obj = "text_completion"
+        extra = {"usage": None} if usage else {}
+        return self._frame(obj, [choice], **extra)
+
+    def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return self._frame(obj, [], usage=usage)
+
+
+async def sse_stream(
+    shape: Shape,
+    events: AsyncIterator[dict[str, Any]],
+    first: dict[str, Any],
+    include_usage: bool,
+    on_token: Callable[[], None],
+    on_end: Callable[[int, int], None],
+) -> AsyncIterator[bytes]:
+    """SSE frames of one request. on_token() is called at the first generated token (admission
+    control measures the wait with it); on_end(prompt, completion) exactly once, with the tokens
+    delivered, however the stream ends: finished, failed, or the client gone."""
+    prompt_tokens = first["prompt_tokens"]
+    completion = 0
+    try:
+        if shape.chat:
+            yield sse(shape.chunk(None, None, include_usage))
+        async for ev in events:
+            kind = ev["event"]
+            if kind == "delta":
+                if not completion:
+                    on_token()
+                completion += ev["tokens"]
+                if ev["text"]:  # an end-of-sequence token carries no text: nothing to send
+                    yield sse(shape.chunk(ev["text"], None, include_usage))
+            elif kind == "end":
+                completion = ev["completion_tokens"]
+                yield sse(
+                    shape.chunk(None if shape.chat else "", ev["finish_reason"], include_usage)
+                )
+                if include_usage:
+                    yield sse(shape.usage_chunk(usage(prompt_tokens, completion)))
+            elif kind == "error":
+                # Status 200 is already sent: report in-band, then end the stream properly.
+                completion = ev.get("completion_tokens", completion)
+                yield sse(ev["body"])
+                break
+        yield sse("[DONE]")
+    finally:
+        on_end(prompt_tokens, completion)
+        await events.aclose()  # type: ignore[attr-defined]

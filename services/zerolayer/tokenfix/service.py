@@ -1,0 +1,61 @@
+"""The tokenfix step of the request path: clean the text, apply the chat template, and count the
+prompt's tokens exactly (the count that limits and billing use and the engine then reads).
+
+Cleaning: Unicode NFC, and removal of characters no tokenizer should see: C0 and C1 control
+characters except tab, line feed and carriage return, DEL, lone surrogates (JSON can carry them
+as \\ud800 escapes) and the noncharacters U+FFFE/U+FFFF.
+
+Errors are values here, as on every hop: {"event": "error", "status", "body"}.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from zerolayer.errors import APIError, InvalidRequest
+from zerolayer.tokenfix.prompt import PromptBuilder
+
+__all__ = ["clean_text", "Tokenfix"]
+
+_DROP = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def clean_text(text: str) -> str:
+    """NFC-normalised text without invalid control characters or lone surrogates."""
+    return unicodedata.normalize("NFC", _DROP.sub("", text))
+
+
+class Tokenfix:
+    """Prompt token ids of a request, for every served model (one tokenizer each)."""
+
+    def __init__(self, model_dirs: dict[str, str | Path]):
+        self.builders = {m: PromptBuilder(d) for m, d in model_dirs.items()}
+
+    def tokenizer(self, model: str) -> Any:
+        """The tokenizer of a served model (the chunker counts with the same one)."""
+        return self.builders[model].tokenizer
+
+    def token_ids(self, model: str, req: dict[str, Any]) -> list[int]:
+        """Cleaned, templated and tokenized prompt; raises InvalidRequest."""
+        builder = self.builders[model]
+        if req.get("messages") is not None:
+            messages = [
+                {**m, "content": clean_text(m.get("content") or "")} for m in req["messages"]
+            ]
+            ids = builder.chat(messages)
+        else:
+            prompt = req.get("prompt")
+            ids = builder.completion(clean_text(prompt) if isinstance(prompt, str) else prompt)
+        if not ids:
+            raise InvalidRequest("the prompt is empty after cleaning", param="prompt")
+        return ids
+
+    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
+        """{"event": "prompt", "prompt_token_ids": [...]} or an error event."""
+        try:
+            return {"event": "prompt", "prompt_token_ids": self.token_ids(model, req)}
+        except APIError as exc:
+            return {"event": "error", "status": exc.status_code, "body": exc.body()}
