@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zerolayer.chunker.service import Chunker
 from zerolayer.config import PlatformConfig, load_config
 from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.tokenfix.prompt import PromptBuilder
+from zerolayer.tokenfix.service import Tokenfix
 
 # collapse build settings small enough for tests (the real ones take tens of minutes)
 TINY_COLLAPSE = {
@@ -88,3 +90,15 @@ def tiny_build(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     )
     cards = builder.build(["pruned", "dynamic", "sparse24"])  # pruned brings masked along
     return {"root": root, "out": out, "cards": cards, "builder": builder}
+
+
+@pytest.fixture(scope="session")
+def tokenfix(model_dir: Path) -> Tokenfix:
+    """The tokenfix step for the default model."""
+    return Tokenfix({"smollm2-135m": model_dir})
+
+
+@pytest.fixture(scope="session")
+def chunker(model_dir: Path, base_config: PlatformConfig) -> Chunker:
+    """The chunker for the default model, with the platform's settings."""
+    return Chunker({"smollm2-135m": model_dir}, base_config.chunker)

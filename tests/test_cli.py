@@ -104,3 +104,25 @@ def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> N
     rows = body["sensitivity"]
     assert [r["layer"] for r in rows] == list(range(30))
     assert all(r["kl"] > 0 and r["level"] == 0.2 for r in rows)
+
+
+def test_keys_list_set_plan_and_revoke(tmp_path: Path) -> None:
+    port = free_port()
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path), "ZEROLAYER_REDIS_PORT": str(port)}
+    with EmbeddedRedis(tmp_path / "redis", port) as server:
+        key = zerolayer("keys", "create", "--plan", "free", "--name", "app", env=env).stdout.strip()
+        client = redis.Redis.from_url(server.url)
+        kid = KeyStore(client).lookup(key).key_id  # type: ignore[union-attr]
+        listing = zerolayer("keys", "list", env=env)
+        assert listing.returncode == 0, listing.stderr
+        row = next(line for line in listing.stdout.splitlines() if line.startswith(kid))
+        assert "free" in row and "active" in row and "app" in row and key not in listing.stdout
+        moved = zerolayer("keys", "set-plan", kid, "--plan", "pro", env=env)
+        assert moved.returncode == 0 and KeyStore(client).lookup(key).plan == "pro"  # type: ignore[union-attr]
+        assert zerolayer("keys", "set-plan", kid, "--plan", "gold", env=env).returncode == 2
+        assert zerolayer("keys", "revoke", kid, env=env).returncode == 0
+        assert KeyStore(client).lookup(key).revoked  # type: ignore[union-attr]
+        assert "revoked" in zerolayer("keys", "list", env=env).stdout
+        gone = zerolayer("keys", "revoke", "000000000000", env=env)
+        assert gone.returncode == 2 and "no API key with id" in gone.stderr
+        client.close()

@@ -38,14 +38,54 @@ def _copy_platform(tmp_path: Path) -> Path:
     return dst
 
 
-def test_plan_with_unserved_default_tier_is_a_clear_error(tmp_path: Path) -> None:
+PRICE = "{prompt_per_1k: 0.1, completion_per_1k: 0.2}"
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        (
+            f"tiers: [turbo]\n    default_tier: turbo\n    prices: {{turbo: {PRICE}}}",
+            "served by no model",
+        ),
+        ("tiers: [baseline]\n    default_tier: baseline", "no price for tier\\(s\\) baseline"),
+        (
+            f"tiers: [baseline]\n    default_tier: masked\n    prices: {{baseline: {PRICE}}}",
+            "default_tier 'masked' is not in tiers",
+        ),
+        (
+            f"tiers: [baseline]\n    default_tier: baseline\n"
+            f"    prices: {{baseline: {PRICE}, masked: {PRICE}}}",
+            "prices name tier\\(s\\) masked",
+        ),
+        (
+            f"tiers: [baseline]\n    default_tier: baseline\n    prices: {{baseline: {PRICE}}}\n"
+            "    limits: {requests_per_minute: 0}",
+            "plans.trial.limits.requests_per_minute",
+        ),
+        (
+            "tiers: [baseline]\n    default_tier: baseline\n"
+            "    prices: {baseline: {prompt_per_1k: -1, completion_per_1k: 0}}",
+            "plans.trial.prices.baseline.prompt_per_1k",
+        ),
+    ],
+)
+def test_bad_plans_are_clear_errors(tmp_path: Path, plan: str, message: str) -> None:
     pdir = _copy_platform(tmp_path)
-    (pdir / "plans.yaml").write_text(
-        "plans:\n  free:\n    tiers: [turbo]\n    default_tier: turbo\n"
-        "  pro:\n    tiers: [baseline]\n    default_tier: baseline\n"
-    )
-    with pytest.raises(ConfigError, match="default tier 'turbo' is not served"):
+    with (pdir / "plans.yaml").open("a") as f:
+        f.write(f"  trial:\n    {plan}\n")
+    with pytest.raises(ConfigError, match=message):
         load_config(platform_dir=pdir, env={})
+
+
+def test_plans_carry_prices_limits_and_priorities() -> None:
+    cfg = load_config(env={})
+    assert set(cfg.plans) == {"free", "pro", "enterprise"}
+    pro = cfg.plans["pro"]
+    assert pro.prices["baseline"].micros(1000, 1000) == 400_000  # $0.10 + $0.30
+    assert pro.limits.tokens_per_minute and pro.limits.monthly_budget_usd
+    assert cfg.plans["enterprise"].priority > pro.priority > cfg.plans["free"].priority
+    assert cfg.plans["enterprise"].limits.requests_per_minute is None  # no limit
 
 
 def test_unknown_field_is_rejected_with_its_location(tmp_path: Path) -> None:

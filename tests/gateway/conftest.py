@@ -5,7 +5,6 @@ Redis: gateway replicas."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,16 +72,6 @@ class Gateway:
         self.client.portal.call(self.app.state.flow.drain)
 
 
-@pytest.fixture(scope="session")
-def tokenfix(model_dir: Path) -> Tokenfix:
-    return Tokenfix({"smollm2-135m": model_dir})
-
-
-@pytest.fixture(scope="session")
-def chunker(model_dir: Path, base_config: PlatformConfig) -> Chunker:
-    return Chunker({"smollm2-135m": model_dir}, base_config.chunker)
-
-
 GatewayFactory = Callable[..., Gateway]
 
 
@@ -102,6 +91,7 @@ def make_gateway(
         plans: dict[str, PlanConfig] | None = None,
         key_plan: str = "pro",
         engine: FakeEngine | None = None,
+        short_engine: FakeEngine | None = None,
         key: tuple[str, str] | None = None,
         tiers: dict[str, Any] | None = None,
         gateway: dict[str, Any] | None = None,
@@ -125,8 +115,13 @@ def make_gateway(
             secret, record = KeyStore(sync).create(key_plan)
             key = (secret, record.key_id)
         replicas = {
-            t: TierReplica(t, engine, prompts, 2048, 16)
-            for t in ("smollm2-135m:baseline", "smollm2-135m:baseline#short")
+            "smollm2-135m:baseline": TierReplica(
+                "smollm2-135m:baseline", engine, prompts, 2048, 16
+            ),
+            # the tier's short-request group, used when the tier config declares one
+            "smollm2-135m:baseline#short": TierReplica(
+                "smollm2-135m:baseline", short_engine or engine, prompts, 2048, 16
+            ),
         }
         backend = LocalBackend(replicas, tokenfix, chunker)
         aclient = aioredis.from_url(redis_url)

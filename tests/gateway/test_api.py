@@ -150,6 +150,10 @@ def test_unknown_model_and_tier_are_404(gateway: Gateway) -> None:
         {**CHAT, "messages": [{"role": "wizard", "content": "hi"}]},
         {**CHAT, "max_tokens": -1},
         {**CHAT, "max_tokens": 0},
+        {**CHAT, "max_tokens": 10**12},
+        {**CHAT, "max_tokens": 1_000_000},  # in range, over the context
+        {**CHAT, "messages": [{"role": "user", "content": 42}]},
+        {**CHAT, "stream": "yes"},
         {**CHAT, "max_tokens": "ten"},
         {**CHAT, "temperature": 5},
         {**CHAT, "n": 2},
@@ -177,6 +181,12 @@ def test_huge_body_is_413(gateway: Gateway) -> None:
     big = {**CHAT, "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
     r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=big)
     assert_openai_error(r, 413)
+    ten_mb = b'{"model": "smollm2-135m", "prompt": "' + b"y" * (10 << 20) + b'"}'
+    for route in ("/v1/completions", "/v1/chunks"):
+        r = gateway.client.post(
+            route, headers={**gateway.auth, "content-type": "application/json"}, content=ten_mb
+        )
+        assert_openai_error(r, 413)
 
 
 def test_prompt_over_context_is_400_naming_both_numbers(gateway: Gateway) -> None:

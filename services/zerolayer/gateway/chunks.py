@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
 from zerolayer.gateway.catalog import Catalog
@@ -71,6 +72,20 @@ def _query_options(request: Request) -> tuple[str, dict[str, int]]:
     return model, options
 
 
+class _DuplexResponse(StreamingResponse):
+    """A streamed response that reads the request body while it answers. Starlette's own
+    listens for a disconnect on `receive` meanwhile (under ASGI < 2.4), which would eat the body's
+    messages; here a gone client shows as a failing send instead."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.stream_response(send)
+        except OSError as exc:
+            raise ClientDisconnect() from exc
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
 def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRouter:
     """The /v1/chunks route."""
     from zerolayer.gateway.api import authorise, read_json
@@ -91,7 +106,7 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         if request.headers.get("content-type", "").startswith("text/plain"):
             model_id, options = _query_options(request)
             model, reservation = await admitted(request, model_id)
-            return StreamingResponse(
+            return _DuplexResponse(
                 _streamed(parts, request, model, options, reservation, flow),
                 media_type="application/x-ndjson",
             )

@@ -62,7 +62,7 @@ class _Sampling(_Body):
     n: int = Field(default=1, ge=1, le=1, description="Choices per request (only 1 is served)")
     seed: int | None = Field(default=None, description="Sampling seed")
     stop: str | list[str] | None = Field(default=None, description="Up to 4 stop strings")
-    stream: bool = Field(default=False, description="Reply as server-sent events")
+    stream: bool = Field(default=False, strict=True, description="Reply as server-sent events")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options")
     user: str | None = Field(default=None, description="End-user id, for the customer's records")
 
