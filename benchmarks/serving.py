@@ -122,8 +122,10 @@ def baseline_only(cfg: Any) -> Any:
     data = cfg.model_dump()
     for model in data["models"].values():
         model["tiers"] = {"baseline": model["tiers"]["baseline"]}
+    free = {"prompt_per_1k": 0.0, "completion_per_1k": 0.0}
     for plan in data["plans"].values():
         plan["tiers"], plan["default_tier"] = ["baseline"], "baseline"
+        plan["prices"] = {"baseline": plan["prices"].get("baseline", free)}
     return type(cfg).model_validate(data)
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "Overloaded",
     "EngineError",
     "openai_error_body",
+    "raise_if_error",
 ]
 
 
@@ -142,3 +143,15 @@ def openai_error_body(
 ) -> dict[str, Any]:
     """{"error": {...}} as the OpenAI API returns it."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def raise_if_error(event: dict[str, Any]) -> None:
+    """Raise the APIError an error event of another hop describes (errors travel as values
+    between deployments: {"event": "error", "status", "body"})."""
+    if event.get("event") != "error":
+        return
+    err = event["body"]["error"]
+    exc = APIError(err["message"], param=err.get("param"), code=err.get("code"))
+    exc.status_code = event["status"]
+    exc.error_type = err["type"]
+    raise exc

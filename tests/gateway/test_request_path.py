@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import pydoc
+import time
 from collections.abc import Iterator
 
 from zerolayer.chunker.service import Chunker
 from zerolayer.config import ShortRequests
 from zerolayer.engines.fake import FakeEngine
 
-from tests.gateway.conftest import SCRIPT, Gateway, GatewayFactory
+from tests.gateway.conftest import SCRIPT, Gateway, GatewayFactory, plan
 from tests.gateway.test_api import CHAT, assert_openai_error
 
 DOC = pydoc.render_doc("json", renderer=pydoc.plaintext)
@@ -112,3 +113,43 @@ def test_chunks_errors(gateway: Gateway) -> None:
     assert_openai_error(
         post("/v1/chunks?model=smollm2-135m&chunk_tokens=two", headers=text, content=b"a"), 400
     )
+
+
+def test_long_prompt_is_summarised_map_reduce_when_asked(make_gateway: GatewayFactory) -> None:
+    engine = FakeEngine(SCRIPT)
+    gw = make_gateway(plans={"once": plan(requests_per_minute=1)}, key_plan="once", engine=engine)
+    long = {
+        **CHAT,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": DOC * 3 + "\nWhat is this module for?"},
+        ],
+        "long_prompt": "summarize",
+        "max_tokens": 16,
+    }
+    if 60 - time.time() % 60 < 5:
+        time.sleep(6)
+    r = gw.client.post("/v1/chat/completions", headers=gw.auth, json=long)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    job = out["zerolayer_summary"]
+    assert job["chunks"] >= 3 and job["calls"] >= job["chunks"] and job["rounds"] >= 1
+    assert engine.requests == job["calls"] + 1  # every map call, then the answer
+    assert out["choices"][0]["message"]["content"] == "".join(SCRIPT)
+    # usage is what was billed: the map calls' tokens plus the answer's
+    assert out["usage"]["prompt_tokens"] > job["prompt_tokens"] > 0
+    assert out["usage"]["completion_tokens"] == job["completion_tokens"] + len(SCRIPT)
+    # the whole job was one admission: the plan's one request this minute is used
+    err = assert_openai_error(
+        gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT), 429
+    )
+    assert err["code"] == "requests_per_minute"
+
+
+def test_long_prompt_without_opt_in_is_400_with_both_numbers(gateway: Gateway) -> None:
+    long = {**CHAT, "messages": [{"role": "user", "content": DOC * 3}]}
+    err = assert_openai_error(
+        gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=long), 400
+    )
+    assert err["code"] == "context_length_exceeded" and "2048" in err["message"]
+    assert gateway.engine.requests == 0

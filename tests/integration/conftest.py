@@ -8,10 +8,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zerolayer.config import PlatformConfig, RedisConfig
+from zerolayer.config import PlanConfig, PlanLimits, PlatformConfig, RedisConfig, TierPrice
 from zerolayer.serve.launcher import Platform
 
 from tests.conftest import free_port
+
+ADMIN_KEY = "zla-integration-admin"
+TIGHT = PlanConfig(
+    tiers=["baseline", "masked", "sparse24"],
+    default_tier="masked",
+    prices={
+        t: TierPrice(prompt_per_1k=0.1, completion_per_1k=0.2)
+        for t in ("baseline", "masked", "sparse24")
+    },
+    limits=PlanLimits(requests_per_minute=2, concurrent_requests=4),
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +41,9 @@ def platform(
             # every tier's artifact, from the real compiler at tiny settings (tests/conftest.py)
             "artifacts_dir": str(tiny_build["root"]),
             "build_missing_artifacts": False,
+            "admin_key": ADMIN_KEY,
+            # a plan with a tight limit, for the limits tests (reached through the admin API)
+            "plans": {**base_config.plans, "tight": TIGHT},
         }
     )
     p = Platform(cfg).start()

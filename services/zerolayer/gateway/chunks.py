@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
+from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge, raise_if_error
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.schemas import ChunksRequest
@@ -43,14 +43,6 @@ def _chunk_object(index: int, input_index: int, base: int, c: dict[str, Any]) ->
         "start_char": base + c["start"],
         "end_char": base + c["end"],
     }
-
-
-def _raise(ev: dict[str, Any]) -> None:
-    if ev["event"] == "error":
-        err = APIError(ev["body"]["error"]["message"], code=ev["body"]["error"].get("code"))
-        err.status_code = ev["status"]
-        err.error_type = ev["body"]["error"]["type"]
-        raise err
 
 
 def _query_options(request: Request) -> tuple[str, dict[str, int]]:
@@ -118,7 +110,7 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
             options = {"chunk_tokens": body.chunk_tokens, "overlap_tokens": body.overlap_tokens}
             for j, text in enumerate(body.texts()):
                 ev = await parts.backend.chunk(model, text, final=True, **options)
-                _raise(ev)
+                raise_if_error(ev)
                 for c in ev["chunks"]:
                     data.append(_chunk_object(len(data), j, 0, c))
                     total += c["tokens"]
@@ -174,7 +166,7 @@ async def _streamed(
             if len(buffer) - fed < _FEED_CHARS:
                 continue
             ev = await parts.backend.chunk(model, buffer, final=False, **options)
-            _raise(ev)
+            raise_if_error(ev)
             for line in lines(ev["chunks"]):
                 yield line
             base += ev["rest"]
@@ -182,7 +174,7 @@ async def _streamed(
             fed = len(buffer)
         buffer += decoder.decode(b"", final=True)
         ev = await parts.backend.chunk(model, buffer, final=True, **options)
-        _raise(ev)
+        raise_if_error(ev)
         for line in lines(ev["chunks"]):
             yield line
         done = {

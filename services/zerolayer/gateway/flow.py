@@ -8,18 +8,20 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from zerolayer.config import PlatformConfig
-from zerolayer.errors import Overloaded, RateLimited
+from zerolayer.errors import ContextLengthExceeded, Overloaded, RateLimited, raise_if_error
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.limits import Limiter, Reservation
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream, usage
+from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
 from zerolayer.replicas.core import completion_budget
 from zerolayer.store.keys import ApiKeyRecord
 
@@ -132,92 +134,138 @@ class Flow:
         if prep["event"] == "error":
             return JSONResponse(prep["body"], status_code=prep["status"], headers=headers)
         ids = prep["prompt_token_ids"]
-        max_tokens = completion_budget(
-            self.config.models[model].max_model_len,
-            len(ids),
-            req["max_tokens"],
-            self.config.gateway.default_max_tokens,
-        )
+        max_len = self.config.models[model].max_model_len
+        default = self.config.gateway.default_max_tokens
+        job: SummaryJob | None = None
+        try:
+            max_tokens = completion_budget(max_len, len(ids), req["max_tokens"], default)
+        except ContextLengthExceeded as overflow:
+            if not (isinstance(body, ChatCompletionRequest) and body.long_prompt == "summarize"):
+                raise
+            job = await plan_summary(
+                self.backend,
+                model,
+                self.route(target, 0),
+                rid,
+                req["messages"],
+                max_len,
+                self.config.chunker.chunk_tokens,
+                self.config.chunker.summary_tokens,
+                overflow,
+            )
+        if job is None:
+            reservation = await self.admit(record, target, rid, len(ids), max_tokens)
+        else:
+            # one admission for the whole job: every map call plus the final answer
+            prompt, completion = job.reserve()
+            asked = req["max_tokens"] or default
+            reservation = await self.admit(
+                record, target, rid, prompt + max_len, completion + asked
+            )
+            try:
+                ids, max_tokens = await self._summarised(job, model, req, max_len, default)
+            except BaseException:
+                self.settle(record, target, reservation, job.prompt_used, job.completion_used)
+                raise
         req.pop("messages", None)
         req.pop("prompt", None)
         req.update(prompt_token_ids=ids, max_tokens=max_tokens)
-        reservation = await self.admit(record, target, rid, len(ids), max_tokens)
         shape = Shape(chat, rid, target)  # the tier that answered, as OpenAI names the version
         dest = self.route(target, len(ids))
+        call = _Call(record, target, dest, reservation, job)
         if not body.stream:
-            return await self._complete(record, target, dest, req, reservation, shape, headers)
-        return await self._stream(
-            record, target, dest, req, reservation, shape, headers, body.include_usage()
-        )
+            return await self._complete(call, req, shape, headers)
+        return await self._stream(call, req, shape, headers, body.include_usage())
+
+    async def _summarised(
+        self, job: SummaryJob, model: str, req: dict[str, Any], max_len: int, default: int
+    ) -> tuple[list[int], int]:
+        """Run the map-reduce; the prompt ids with the summary in place, and max_tokens."""
+        summary = await job.run()
+        messages = [dict(m) for m in req["messages"]]
+        messages[job.index]["content"] = SUMMARY_NOTE + summary
+        prep = await self.backend.prepare(model, {**req, "messages": messages})
+        raise_if_error(prep)
+        ids = prep["prompt_token_ids"]
+        return ids, completion_budget(max_len, len(ids), req["max_tokens"], default)
 
     async def _complete(
-        self,
-        record: ApiKeyRecord,
-        target: str,
-        dest: str,
-        req: dict[str, Any],
-        reservation: Reservation,
-        shape: Shape,
-        headers: dict[str, str],
+        self, call: _Call, req: dict[str, Any], shape: Shape, headers: dict[str, str]
     ) -> Response:
         t0 = time.monotonic()
         res: dict[str, Any] = {}
         try:
-            res = await self.backend.complete(dest, req)
+            res = await self.backend.complete(call.dest, req)
         finally:
-            self.settle(
-                record,
-                target,
-                reservation,
-                res.get("prompt_tokens", 0),
-                res.get("completion_tokens", 0),
-            )
-        self.admission.record(target, time.monotonic() - t0 - res.get("decode_s", 0.0))
+            self.finish(call, res.get("prompt_tokens", 0), res.get("completion_tokens", 0))
+        self.admission.record(call.target, time.monotonic() - t0 - res.get("decode_s", 0.0))
         if res["event"] == "error":
             return JSONResponse(res["body"], status_code=res["status"], headers=headers)
-        return JSONResponse(
-            shape.final(
-                res["text"],
-                res["finish_reason"],
-                usage(res["prompt_tokens"], res["completion_tokens"]),
-            ),
-            headers=headers,
+        reply = shape.final(
+            res["text"],
+            res["finish_reason"],
+            call.usage(res["prompt_tokens"], res["completion_tokens"]),
         )
+        if call.job is not None:
+            reply["zerolayer_summary"] = call.job.usage()
+        return JSONResponse(reply, headers=headers)
 
     async def _stream(
         self,
-        record: ApiKeyRecord,
-        target: str,
-        dest: str,
+        call: _Call,
         req: dict[str, Any],
-        reservation: Reservation,
         shape: Shape,
         headers: dict[str, str],
         include_usage: bool,
     ) -> Response:
-        waiting = self.admission.waiting(target)
-        events = self.backend.stream(dest, req)
+        waiting = self.admission.waiting(call.target)
+        events = self.backend.stream(call.dest, req)
         try:
             first = await anext(events)
         except BaseException:
-            self.admission.first_token(target, waiting)
-            self.settle(record, target, reservation, 0, 0)
+            self.admission.first_token(call.target, waiting)
+            self.finish(call, 0, 0)
             raise
         if first["event"] == "error":
-            self.admission.first_token(target, waiting)
-            self.settle(record, target, reservation, 0, 0)
+            self.admission.first_token(call.target, waiting)
+            self.finish(call, 0, 0)
             await events.aclose()  # type: ignore[attr-defined]
             return JSONResponse(first["body"], status_code=first["status"], headers=headers)
 
         def on_token() -> None:
-            self.admission.first_token(target, waiting)
+            self.admission.first_token(call.target, waiting)
 
         def on_end(prompt: int, completion: int) -> None:
-            self.admission.first_token(target, waiting)
-            self.settle(record, target, reservation, prompt, completion)
+            self.admission.first_token(call.target, waiting)
+            self.finish(call, prompt, completion)
 
         return StreamingResponse(
-            sse_stream(shape, events, first, include_usage, on_token, on_end),
+            sse_stream(shape, events, first, include_usage, on_token, on_end, call.usage),
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
+
+    def finish(self, call: _Call, prompt: int, completion: int) -> None:
+        """Settle a request (and its map-reduce calls) to what was used."""
+        if call.job is not None:
+            prompt += call.job.prompt_used
+            completion += call.job.completion_used
+        self.settle(call.record, call.target, call.reservation, prompt, completion)
+
+
+@dataclass
+class _Call:
+    """A request on its way to a tier, with what settlement needs."""
+
+    record: ApiKeyRecord
+    target: str
+    dest: str
+    reservation: Reservation
+    job: SummaryJob | None
+
+    def usage(self, prompt: int, completion: int) -> dict[str, int]:
+        """Usage as the reply reports it: billed tokens, map-reduce calls included."""
+        if self.job is not None:
+            prompt += self.job.prompt_used
+            completion += self.job.completion_used
+        return usage(prompt, completion)

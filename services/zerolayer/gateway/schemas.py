@@ -100,6 +100,11 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: MaxTokens | None = Field(
         default=None, description="Newer name of max_tokens"
     )
+    long_prompt: Literal["error", "summarize"] = Field(
+        default="error",
+        description="A prompt over the tier's context: 'error' (400 stating both numbers) or "
+        "'summarize' (the longest message is summarised chunk by chunk, then as a whole)",
+    )
 
     def sampling(self) -> dict[str, Any]:
         out = super().sampling()

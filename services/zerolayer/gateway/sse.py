@@ -82,10 +82,12 @@ async def sse_stream(
     include_usage: bool,
     on_token: Callable[[], None],
     on_end: Callable[[int, int], None],
+    report: Callable[[int, int], dict[str, int]] = usage,
 ) -> AsyncIterator[bytes]:
     """SSE frames of one request. on_token() is called at the first generated token (admission
     control measures the wait with it); on_end(prompt, completion) exactly once, with the tokens
-    delivered, however the stream ends: finished, failed, or the client gone."""
+    delivered, however the stream ends: finished, failed, or the client gone. report(prompt,
+    completion) makes the usage chunk."""
     prompt_tokens = first["prompt_tokens"]
     completion = 0
     try:
@@ -105,7 +107,7 @@ async def sse_stream(
                     shape.chunk(None if shape.chat else "", ev["finish_reason"], include_usage)
                 )
                 if include_usage:
-                    yield sse(shape.usage_chunk(usage(prompt_tokens, completion)))
+                    yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
             elif kind == "error":
                 # Status 200 is already sent: report in-band, then end the stream properly.
                 completion = ev.get("completion_tokens", completion)

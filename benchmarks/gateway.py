@@ -1,0 +1,197 @@
+"""What the gateway path costs, with the scripted fake engine behind it (no model time):
+
+  full: HTTP -> Ray Serve proxy -> gateway (key look-up, plan limits in Redis, admission
+        control, tokenfix handle call, replica handle call, settlement, metrics) -> replica
+  bare: HTTP -> Ray Serve proxy -> a minimal ingress that makes one handle call to the same
+        replica deployment (which then builds the prompt itself)
+
+Both answer the same chat request with the same 16 scripted tokens. Rounds alternate bare, full,
+bare, full ... at 1 and at 32 concurrent clients, after one warm-up round each; each round sends
+--requests requests per client count and records every request's latency. Prints p50/p99 per
+round and the median of the per-round ratios full/bare; writes benchmarks/results/gateway.json.
+
+  .venv/bin/python benchmarks/gateway.py [--repeats 3] [--requests 320]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gateway.json"
+SCRIPT = [f" token{i}" for i in range(16)]
+BODY = {
+    "model": "smollm2-135m:baseline",
+    "messages": [{"role": "user", "content": "What is the capital of France?"}],
+    "max_tokens": 16,
+}
+BENCH_PLAN = {
+    "description": "benchmark: every limit on, none reached",
+    "tiers": ["baseline"],
+    "default_tier": "baseline",
+    "prices": {"baseline": {"prompt_per_1k": 0.1, "completion_per_1k": 0.3}},
+    "limits": {
+        "requests_per_minute": 10**7,
+        "tokens_per_minute": 10**9,
+        "concurrent_requests": 10**4,
+        "monthly_budget_usd": 10**6,
+    },
+    "priority": 0,
+}
+
+
+def fake_config(cfg: Any) -> Any:
+    """The platform config with one fake-engine tier and a benchmark plan."""
+    data = cfg.model_dump()
+    model = data["models"][cfg.default_model]
+    model["tiers"] = {
+        "baseline": {
+            "engine": "fake",
+            "artifact": "dense",
+            "fake_script": SCRIPT,
+            "max_ongoing_requests": 256,
+            "ray_actor_options": {"num_cpus": 0.5, "num_gpus": 0},
+        }
+    }
+    data["models"] = {cfg.default_model: model}
+    data["plans"] = {"bench": BENCH_PLAN}
+    data["dev_plan"] = "bench"
+    data["gateway"]["max_ongoing_requests"] = 512
+    return type(cfg).model_validate(data)
+
+
+def bare_app(target_app: str, deployment: str) -> Any:
+    """An ingress that forwards the chat request to the replica with one handle call."""
+    from fastapi import FastAPI, Request
+    from ray import serve
+
+    api = FastAPI()
+
+    @serve.deployment(name="bare", max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.5})
+    @serve.ingress(api)
+    class Bare:
+        def __init__(self) -> None:
+            self.replica = serve.get_deployment_handle(deployment, app_name=target_app)
+            self.n = 0
+
+        @api.post("/v1/chat/completions")
+        async def chat(self, request: Request) -> dict[str, Any]:
+            body = await request.json()
+            self.n += 1
+            res = await self.replica.complete.remote(
+                {
+                    "request_id": f"bare-{self.n}",
+                    "messages": body["messages"],
+                    "max_tokens": body["max_tokens"],
+                }
+            )
+            return {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": res["text"]}}],
+                "usage": {"completion_tokens": res["completion_tokens"]},
+            }
+
+    return Bare.bind()
+
+
+async def load(url: str, key: str, clients: int, requests: int) -> list[float]:
+    """Latencies (s) of `requests` requests sent by `clients` concurrent clients."""
+    import httpx
+
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(headers=headers, timeout=120, limits=limits) as http:
+        queue = list(range(requests))
+
+        async def client() -> None:
+            while queue:
+                queue.pop()
+                t0 = time.perf_counter()
+                r = await http.post(url, json=BODY)
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{url}: {r.status_code} {r.text[:200]}")
+                got = r.json()["choices"][0]["message"]["content"]
+                if got != "".join(SCRIPT):
+                    raise RuntimeError(f"{url}: unexpected reply {got!r}")
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile in milliseconds (nearest rank)."""
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="measured rounds per client count")
+    ap.add_argument("--requests", type=int, default=320, help="requests per round")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    from ray import serve
+    from zerolayer.config import load_config
+    from zerolayer.serve.app import APP_NAME, deployment_name
+    from zerolayer.serve.launcher import Platform
+
+    cfg = fake_config(load_config())
+    platform = Platform(cfg).start()
+    results: dict[str, Any] = {}
+    try:
+        serve.run(
+            bare_app(APP_NAME, deployment_name(cfg.default_model, "baseline")),
+            name="bare",
+            route_prefix="/bare",
+        )
+        root = f"http://{cfg.host}:{cfg.port}"
+        urls = {"bare": root + "/bare/v1/chat/completions", "full": root + "/v1/chat/completions"}
+        key = platform.key or ""
+        loop = asyncio.new_event_loop()
+        for clients in (1, 32):
+            n = args.requests if clients > 1 else max(50, args.requests // 4)
+            rows = []
+            for rnd in range(args.repeats + 1):
+                row: dict[str, float] = {}
+                for name in ("bare", "full"):
+                    lat = loop.run_until_complete(load(urls[name], key, clients, n))
+                    row[f"{name}_p50_ms"] = round(pct(lat, 0.5), 2)
+                    row[f"{name}_p99_ms"] = round(pct(lat, 0.99), 2)
+                row["ratio_p50"] = round(row["full_p50_ms"] / row["bare_p50_ms"], 3)
+                row["ratio_p99"] = round(row["full_p99_ms"] / row["bare_p99_ms"], 3)
+                label = "warm-up" if rnd == 0 else f"round {rnd}"
+                print(
+                    f"{clients:2d} clients {label:8s} bare p50 {row['bare_p50_ms']:7.2f} ms "
+                    f"p99 {row['bare_p99_ms']:7.2f}  full p50 {row['full_p50_ms']:7.2f} ms "
+                    f"p99 {row['full_p99_ms']:7.2f}  ratio p50 {row['ratio_p50']:.3f}",
+                    flush=True,
+                )
+                if rnd:
+                    rows.append(row)
+            summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+            results[f"clients_{clients}"] = {**summary, "rounds": rows, "requests": n}
+    finally:
+        platform.stop()
+    at32 = results["clients_32"]
+    out = {
+        **{k: at32[k] for k in ("bare_p50_ms", "full_p50_ms", "bare_p99_ms", "full_p99_ms")},
+        "ratio_p50": at32["ratio_p50"],
+        "target_ratio_p50": 1.5,
+        "by_clients": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k != "by_clients"}))
+
+
+if __name__ == "__main__":
+    main()

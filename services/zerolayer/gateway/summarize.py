@@ -1,0 +1,127 @@
+"""Long prompts, when a chat request opts in ("long_prompt": "summarize"): the longest message is
+cut into chunks by the chunker, each chunk is summarised by the same tier (map), the summaries are
+joined and, while they are still longer than one chunk, summarised again (reduce); the message is
+then replaced by the summary and the request answered as usual.
+
+The whole job is admitted once, before any model call, with a reservation that covers every map
+call and the final answer, and is settled to the tokens all the calls used. Without the opt-in a
+prompt over the context is a 400 that states both numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zerolayer.errors import ContextLengthExceeded, EngineError, raise_if_error
+
+if TYPE_CHECKING:
+    from zerolayer.gateway.api import Backend
+
+__all__ = ["MAP_INSTRUCTION", "SUMMARY_NOTE", "SummaryJob", "plan_summary"]
+
+MAP_INSTRUCTION = "Summarise this part of a longer text in a few sentences:\n\n"
+SUMMARY_NOTE = "(The following is a summary of a text too long to read whole.)\n"
+_TEMPLATE_TOKENS = 64  # instruction + chat template around each chunk, an upper bound
+_MAX_ROUNDS = 3
+_PARALLEL = 4
+
+
+@dataclass
+class SummaryJob:
+    """One map-reduce over a request's longest message; counts the tokens it used."""
+
+    backend: Backend
+    model: str
+    dest: str
+    rid: str
+    chunk_tokens: int
+    summary_tokens: int
+    index: int  # the message that is summarised
+    chunks: list[str]
+    prompt_used: int = 0
+    completion_used: int = 0
+    calls: int = 0
+    rounds: int = 0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def reserve(self) -> tuple[int, int]:
+        """(prompt, completion) tokens that every round of map calls may use at most."""
+        n = len(self.chunks)
+        prompt = sum(self.chunk_tokens + _TEMPLATE_TOKENS for _ in self.chunks)
+        # later rounds read at most the previous round's summaries
+        prompt += 2 * n * (self.summary_tokens + _TEMPLATE_TOKENS)
+        return prompt, 3 * n * self.summary_tokens
+
+    async def _one(self, text: str, sem: asyncio.Semaphore) -> str:
+        async with sem:
+            req = {"messages": [{"role": "user", "content": MAP_INSTRUCTION + text}]}
+            prep = await self.backend.prepare(self.model, req)
+            raise_if_error(prep)
+            self.calls += 1
+            res = await self.backend.complete(
+                self.dest,
+                {
+                    "request_id": f"{self.rid}-map{self.calls}",
+                    "prompt_token_ids": prep["prompt_token_ids"],
+                    "max_tokens": self.summary_tokens,
+                    "temperature": 0.0,
+                    "top_p": 1.0,
+                    "seed": None,
+                    "stop": None,
+                },
+            )
+            self.prompt_used += res.get("prompt_tokens", 0)
+            self.completion_used += res.get("completion_tokens", 0)
+            if res["event"] == "error":
+                raise EngineError("a partial summary failed: " + res["body"]["error"]["message"])
+            return str(res["text"]).strip()
+
+    async def run(self) -> str:
+        """The summary of the message (map, then reduce rounds)."""
+        sem = asyncio.Semaphore(_PARALLEL)
+        parts = self.chunks
+        while True:
+            self.rounds += 1
+            summaries = await asyncio.gather(*(self._one(p, sem) for p in parts))
+            joined = "\n".join(s for s in summaries if s)
+            ev = await self.backend.chunk(self.model, joined, chunk_tokens=self.chunk_tokens)
+            raise_if_error(ev)
+            if len(ev["chunks"]) <= 1 or self.rounds >= _MAX_ROUNDS:
+                return joined
+            parts = [c["text"] for c in ev["chunks"]]
+
+    def usage(self) -> dict[str, int]:
+        """What the map-reduce cost, for the reply."""
+        return {
+            "chunks": len(self.chunks),
+            "rounds": self.rounds,
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_used,
+            "completion_tokens": self.completion_used,
+        }
+
+
+async def plan_summary(
+    backend: Backend,
+    model: str,
+    dest: str,
+    rid: str,
+    messages: list[dict[str, Any]],
+    max_model_len: int,
+    chunk_tokens: int,
+    summary_tokens: int,
+    overflow: ContextLengthExceeded,
+) -> SummaryJob:
+    """The map-reduce job for a request whose prompt is over the context (nothing runs yet)."""
+    index = max(range(len(messages)), key=lambda i: len(messages[i]["content"]))
+    size = min(chunk_tokens, max_model_len - summary_tokens - _TEMPLATE_TOKENS)
+    if size < 16:
+        raise overflow
+    ev = await backend.chunk(model, messages[index]["content"], chunk_tokens=size)
+    raise_if_error(ev)
+    if len(ev["chunks"]) <= 1:
+        raise overflow  # the longest message is not what overflows: nothing to summarise
+    texts = [c["text"] for c in ev["chunks"]]
+    return SummaryJob(backend, model, dest, rid, size, summary_tokens, index, texts)

@@ -1,0 +1,94 @@
+"""End to end through the started platform: admin API, limits, settlement on disconnect,
+/v1/chunks, /metrics (tokenfix and chunker run as their own deployments)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import redis
+from zerolayer.serve.launcher import Platform
+
+from tests.integration.conftest import ADMIN_KEY
+
+pytestmark = pytest.mark.integration
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def root(p: Platform) -> str:
+    return f"http://{p.cfg.host}:{p.cfg.port}"
+
+
+def new_key(p: Platform, plan: str) -> dict[str, str]:
+    r = httpx.post(root(p) + "/admin/keys", json={"plan": plan}, headers=ADMIN, timeout=30)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_admin_key_limits_and_revocation(platform: Platform) -> None:
+    made = new_key(platform, "tight")  # 2 requests per minute
+    auth = {"Authorization": f"Bearer {made['key']}"}
+    body = {"model": "smollm2-135m", "messages": FRANCE, "max_tokens": 2}
+    if 60 - time.time() % 60 < 20:  # keep the three requests in one calendar minute
+        time.sleep(21)
+    codes = []
+    for _ in range(3):
+        r = httpx.post(platform.base_url + "/chat/completions", json=body, headers=auth, timeout=60)
+        codes.append(r.status_code)
+    assert codes == [200, 200, 429], codes
+    assert r.json()["error"]["code"] == "requests_per_minute" and r.headers["retry-after"]
+    listed = httpx.get(root(platform) + "/admin/keys", headers=ADMIN, timeout=30).json()["data"]
+    assert any(k["key_id"] == made["key_id"] and k["plan"] == "tight" for k in listed)
+    gone = httpx.delete(root(platform) + f"/admin/keys/{made['key_id']}", headers=ADMIN)
+    assert gone.status_code == 200 and gone.json()["revoked"]
+    r = httpx.get(platform.base_url + "/models", headers=auth, timeout=30)
+    assert r.status_code == 401
+
+
+def test_a_client_that_leaves_mid_stream_is_settled(platform: Platform) -> None:
+    made = new_key(platform, "pro")
+    auth = {"Authorization": f"Bearer {made['key']}"}
+    body = {
+        "model": "smollm2-135m:sparse24",
+        "messages": [{"role": "user", "content": "Count from one to one hundred in words."}],
+        "max_tokens": 200,
+        "temperature": 0,
+        "stream": True,
+    }
+    client = redis.Redis.from_url(platform.cfg.redis.url or "")
+    leases = f"zl:rl:{{{made['key_id']}}}:conc"
+    with httpx.stream(
+        "POST", platform.base_url + "/chat/completions", json=body, headers=auth, timeout=60
+    ) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        next(line for line in lines if '"content"' in line and '""' not in line)
+        assert client.zcard(leases) == 1  # in flight
+    deadline = time.monotonic() + 20
+    while client.zcard(leases) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.zcard(leases) == 0  # the lease is back without waiting for the engine
+    # the month's spend was settled to what was delivered, well under the 200-token reservation
+    month = time.strftime("%Y-%m", time.gmtime())
+    spent = int(client.get(f"zl:rl:{{{made['key_id']}}}:spend:{month}") or 0)
+    worst = 0.07 * 1000 * 40 + 0.21 * 1000 * 200  # sparse24 prices of pro, in micro-USD
+    assert 0 < spent < worst / 2, spent
+    client.close()
+
+
+def test_chunks_and_metrics(platform: Platform) -> None:
+    text = "Ray Serve routes requests to replicas. " * 200
+    r = httpx.post(
+        platform.base_url + "/chunks",
+        json={"model": "smollm2-135m", "input": text, "chunk_tokens": 128},
+        headers={"Authorization": f"Bearer {platform.key}"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    chunks = r.json()["data"]
+    assert "".join(c["text"] for c in chunks) == text and all(c["tokens"] <= 128 for c in chunks)
+    metrics = httpx.get(root(platform) + "/metrics", timeout=30).text
+    assert "zerolayer_requests_total{" in metrics and "zerolayer_queue_wait_seconds{" in metrics
