@@ -1,7 +1,8 @@
 """What the gateway path costs, with the scripted fake engine behind it (no model time):
 
   full: HTTP -> Ray Serve proxy -> gateway (key look-up, plan limits in Redis, admission
-        control, tokenfix handle call, replica handle call, settlement, metrics) -> replica
+        control, tokenfix (in the gateway, as platform/serve/local.yaml has it, or its own
+        deployment with --tokenfix-deployment), replica handle call, settlement, metrics) -> replica
   bare: HTTP -> Ray Serve proxy -> a minimal ingress that makes one handle call to the same
         replica deployment (which then builds the prompt itself)
 
@@ -10,7 +11,7 @@ bare, full ... at 1 and at 32 concurrent clients, after one warm-up round each; 
 --requests requests per client count and records every request's latency. Prints p50/p99 per
 round and the median of the per-round ratios full/bare; writes benchmarks/results/gateway.json.
 
-  .venv/bin/python benchmarks/gateway.py [--repeats 3] [--requests 320]
+  .venv/bin/python benchmarks/gateway.py [--repeats 3] [--requests 320] [--tokenfix-deployment]
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from fastapi import Request  # module level: the route's annotation is resolved here
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gateway.json"
 SCRIPT = [f" token{i}" for i in range(16)]
@@ -45,9 +48,10 @@ BENCH_PLAN = {
 }
 
 
-def fake_config(cfg: Any) -> Any:
+def fake_config(cfg: Any, tokenfix_in_gateway: bool) -> Any:
     """The platform config with one fake-engine tier and a benchmark plan."""
     data = cfg.model_dump()
+    data["tokenfix"]["in_gateway"] = tokenfix_in_gateway
     model = data["models"][cfg.default_model]
     model["tiers"] = {
         "baseline": {
@@ -67,7 +71,7 @@ def fake_config(cfg: Any) -> Any:
 
 def bare_app(target_app: str, deployment: str) -> Any:
     """An ingress that forwards the chat request to the replica with one handle call."""
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from ray import serve
 
     api = FastAPI()
@@ -136,15 +140,27 @@ def main() -> None:
     )
     ap.add_argument("--repeats", type=int, default=3, help="measured rounds per client count")
     ap.add_argument("--requests", type=int, default=320, help="requests per round")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--tokenfix-deployment",
+        action="store_true",
+        help="tokenfix as its own deployment (one more handle call) instead of inside the "
+        "gateway, as platform/serve/local.yaml has it",
+    )
+    ap.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
     args = ap.parse_args()
+    mode = "deployment" if args.tokenfix_deployment else "in_gateway"
+    out_path = args.out or (
+        RESULTS.with_name("gateway-tokenfix-deployment.json")
+        if args.tokenfix_deployment
+        else RESULTS
+    )
 
     from ray import serve
     from zerolayer.config import load_config
     from zerolayer.serve.app import APP_NAME, deployment_name
     from zerolayer.serve.launcher import Platform
 
-    cfg = fake_config(load_config())
+    cfg = fake_config(load_config(), not args.tokenfix_deployment)
     platform = Platform(cfg).start()
     results: dict[str, Any] = {}
     try:
@@ -186,10 +202,11 @@ def main() -> None:
         **{k: at32[k] for k in ("bare_p50_ms", "full_p50_ms", "bare_p99_ms", "full_p99_ms")},
         "ratio_p50": at32["ratio_p50"],
         "target_ratio_p50": 1.5,
+        "tokenfix": mode,
         "by_clients": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "by_clients"}))
 
 

@@ -360,6 +360,11 @@ class TokenfixConfig(_Strict):
 
     replicas: int = Field(default=1, ge=1, description="Replicas")
     num_cpus: float = Field(default=0.25, ge=0, description="Logical CPUs per replica")
+    in_gateway: bool = Field(
+        default=False,
+        description="Run tokenfix inside each gateway replica instead of as its own deployment "
+        "(one handle call less per request; docs/benchmarks.md measures both)",
+    )
 
 
 class PlatformConfig(_Strict):

@@ -44,6 +44,9 @@ def platform(
             "admin_key": ADMIN_KEY,
             # a plan with a tight limit, for the limits tests (reached through the admin API)
             "plans": {**base_config.plans, "tight": TIGHT},
+            # the default runs tokenfix inside the gateway; here it is its own deployment, so
+            # the platform tests cover that path (unit tests cover the same code in-process)
+            "tokenfix": base_config.tokenfix.model_copy(update={"in_gateway": False}),
         }
     )
     p = Platform(cfg).start()

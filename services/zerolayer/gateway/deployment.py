@@ -18,6 +18,7 @@ from zerolayer.gateway.flow import SHORT
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.store.keys import AsyncKeyStore, KeyStore
+from zerolayer.tokenfix.service import Tokenfix
 
 __all__ = ["HandleBackend", "GatewayDeployment", "gateway_deployment"]
 
@@ -28,7 +29,7 @@ class HandleBackend:
     def __init__(
         self,
         handles: dict[str, DeploymentHandle],
-        tokenfix: DeploymentHandle,
+        tokenfix: DeploymentHandle | Tokenfix,
         chunker: DeploymentHandle,
     ):
         self.handles = handles
@@ -38,6 +39,8 @@ class HandleBackend:
         self._cards: dict[str, dict[str, Any]] = {}
 
     async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(self.tokenfix, Tokenfix):  # in this process (tokenfix.in_gateway)
+            return await self.tokenfix.prepare(model, req)
         return await self.tokenfix.prepare.remote(model, req)
 
     async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
@@ -79,13 +82,15 @@ class GatewayDeployment:
         self,
         config: dict[str, Any],
         handles: dict[str, DeploymentHandle],
-        tokenfix: DeploymentHandle,
+        tokenfix: DeploymentHandle | None,
         chunker: DeploymentHandle,
     ):
         self.config = PlatformConfig.model_validate(config)
         url = self.config.redis.url or ""
         self.redis = aioredis.from_url(url, health_check_interval=30)
         self.keys = AsyncKeyStore(self.redis)
+        if tokenfix is None:  # tokenfix.in_gateway: the same code in this process
+            tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
         self.backend = HandleBackend(handles, tokenfix, chunker)
         self.parts = GatewayParts(
             backend=self.backend,

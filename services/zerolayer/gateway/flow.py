@@ -91,7 +91,7 @@ class Flow:
         try:
             self.admission.check(target, plan.priority)
         except Overloaded:
-            await self.metrics.inc("shed", target, record.plan)
+            self.metrics.inc("shed", target, record.plan)
             raise
         price = plan.prices[target.partition(":")[2]]
         try:
@@ -104,9 +104,9 @@ class Flow:
                 price.micros(prompt, max_tokens),
             )
         except RateLimited as exc:
-            await self.metrics.inc("limited", exc.code or "", record.plan)
+            self.metrics.inc("limited", exc.code or "", record.plan)
             raise
-        await self.metrics.inc("requests", target, record.plan)
+        self.metrics.inc("requests", target, record.plan)
         return reservation
 
     def settle(

@@ -36,6 +36,6 @@ def build_app(cfg: PlatformConfig) -> Any:
                 name = deployment_name(m, t, short=True)
                 deployment = tier_deployment(name, cfg, m, t, short=True)
                 handles[tier_key(m, t) + SHORT] = deployment.bind(data, m, t)
-    tokenfix = tokenfix_deployment(cfg).bind(data)
+    tokenfix = None if cfg.tokenfix.in_gateway else tokenfix_deployment(cfg).bind(data)
     chunker = chunker_deployment(cfg).bind(data)
     return gateway_deployment(cfg).bind(data, handles, tokenfix, chunker)
