@@ -1,6 +1,20 @@
-"""The gateway: OpenAI-compatible HTTP API, API keys, routing to tier replicas."""
+"""The gateway: OpenAI-compatible HTTP API, admin API, API keys, plan limits, admission control,
+routing to tier replicas."""
 
-from zerolayer.gateway.api import Backend, create_app
+from zerolayer.gateway.admission import Admission
+from zerolayer.gateway.api import Backend, GatewayParts, create_app
 from zerolayer.gateway.catalog import Catalog, tier_key
+from zerolayer.gateway.limits import Limiter, Reservation
+from zerolayer.gateway.metrics import Metrics
 
-__all__ = ["Backend", "create_app", "Catalog", "tier_key"]
+__all__ = [
+    "Admission",
+    "Backend",
+    "GatewayParts",
+    "create_app",
+    "Catalog",
+    "tier_key",
+    "Limiter",
+    "Reservation",
+    "Metrics",
+]

@@ -1,4 +1,5 @@
-"""Tokenizer fix-up: repair model artifacts at import, build exact prompts at request time."""
+"""Tokenizer fix-up: repair model artifacts at import; at request time clean the text and build
+exact prompts (in the gateway, or as its own deployment)."""
 
 from zerolayer.tokenfix.artifacts import (
     CHATML_TEMPLATE,
@@ -8,6 +9,7 @@ from zerolayer.tokenfix.artifacts import (
     round_trip_failures,
 )
 from zerolayer.tokenfix.prompt import PromptBuilder
+from zerolayer.tokenfix.service import Tokenfix, clean_text
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -16,4 +18,6 @@ __all__ = [
     "fix_model_dir",
     "round_trip_failures",
     "PromptBuilder",
+    "Tokenfix",
+    "clean_text",
 ]
