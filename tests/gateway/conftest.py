@@ -104,11 +104,10 @@ def make_gateway(
                 ),
             }
         )
-        if tiers:
+        if tiers:  # a new models dict: the session's base_config stays as it is
             model = cfg.models["smollm2-135m"]
-            cfg.models["smollm2-135m"] = model.model_copy(
-                update={"tiers": {**model.tiers, **tiers}}
-            )
+            model = model.model_copy(update={"tiers": {**model.tiers, **tiers}})
+            cfg = cfg.model_copy(update={"models": {**cfg.models, "smollm2-135m": model}})
         engine = engine or FakeEngine(SCRIPT)
         sync = redis.Redis.from_url(redis_url)
         if key is None:

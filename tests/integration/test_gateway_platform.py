@@ -92,3 +92,28 @@ def test_chunks_and_metrics(platform: Platform) -> None:
     assert "".join(c["text"] for c in chunks) == text and all(c["tokens"] <= 128 for c in chunks)
     metrics = httpx.get(root(platform) + "/metrics", timeout=30).text
     assert "zerolayer_requests_total{" in metrics and "zerolayer_queue_wait_seconds{" in metrics
+
+
+def test_a_long_prompt_is_summarised_by_the_real_model_when_asked(platform: Platform) -> None:
+    facts = (
+        "The Eiffel Tower is in Paris. It was finished in 1889 for a world fair. "
+        "It is made of iron and is about 330 metres tall. "
+    )
+    body = {
+        "model": "smollm2-135m:baseline",
+        "messages": [{"role": "user", "content": facts * 90 + "\nWhere is the tower?"}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    auth = {"Authorization": f"Bearer {platform.key}"}
+    url = platform.base_url + "/chat/completions"
+    refused = httpx.post(url, json=body, headers=auth, timeout=60)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
+    r = httpx.post(url, json={**body, "long_prompt": "summarize"}, headers=auth, timeout=300)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    job = out["zerolayer_summary"]
+    assert job["chunks"] >= 5 and job["calls"] >= job["chunks"]
+    assert out["choices"][0]["message"]["content"].strip()
+    assert out["usage"]["prompt_tokens"] > job["prompt_tokens"] >= 2048

@@ -11,7 +11,7 @@ prompt over the context is a 400 that states both numbers.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerolayer.errors import ContextLengthExceeded, EngineError, raise_if_error
@@ -44,12 +44,11 @@ class SummaryJob:
     completion_used: int = 0
     calls: int = 0
     rounds: int = 0
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def reserve(self) -> tuple[int, int]:
         """(prompt, completion) tokens that every round of map calls may use at most."""
         n = len(self.chunks)
-        prompt = sum(self.chunk_tokens + _TEMPLATE_TOKENS for _ in self.chunks)
+        prompt = n * (self.chunk_tokens + _TEMPLATE_TOKENS)
         # later rounds read at most the previous round's summaries
         prompt += 2 * n * (self.summary_tokens + _TEMPLATE_TOKENS)
         return prompt, 3 * n * self.summary_tokens
