@@ -120,26 +120,16 @@ def _cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from zerolayer.store.keys import UnknownKey
-
     with _key_store(_config(args)) as store:
-        try:
-            record = store.revoke(args.key_id)
-        except UnknownKey as exc:
-            raise ZerolayerError(str(exc)) from exc
+        record = store.revoke(args.key_id)  # an unknown id is a ZerolayerError (exit 2)
     print(f"revoked {record.key_id} (plan {record.plan}); every gateway refuses it now")
     return 0
 
 
 def _cmd_keys_set_plan(args: argparse.Namespace) -> int:
-    from zerolayer.store.keys import UnknownKey
-
     cfg = _config(args)
     with _key_store(cfg) as store:
-        try:
-            record = store.set_plan(args.key_id, _known_plan(cfg, args.plan))
-        except UnknownKey as exc:
-            raise ZerolayerError(str(exc)) from exc
+        record = store.set_plan(args.key_id, _known_plan(cfg, args.plan))
     print(f"{record.key_id}: plan {record.plan}")
     return 0
 

@@ -88,10 +88,8 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     async def admitted(request: Request, model_id: str) -> tuple[str, Any]:
         record = await authorise(request, parts.lookup_key)
         target = catalog.resolve(model_id, record.plan)
-        plan = cfg.plans[record.plan]
         # chunking is free, but it counts as a request and holds a concurrency slot
-        res = await parts.limiter.admit(record.key_id, record.plan, plan, request_id(), 0, 0)
-        return target.partition(":")[0], res
+        return target.partition(":")[0], await flow.limit(record, request_id(), 0, 0)
 
     @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
     async def chunks(request: Request) -> Response:
@@ -106,20 +104,19 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         model, reservation = await admitted(request, body.model)
         try:
             data: list[dict[str, Any]] = []
-            total = 0
             options = {"chunk_tokens": body.chunk_tokens, "overlap_tokens": body.overlap_tokens}
             for j, text in enumerate(body.texts()):
                 ev = await parts.backend.chunk(model, text, final=True, **options)
                 raise_if_error(ev)
                 for c in ev["chunks"]:
                     data.append(_chunk_object(len(data), j, 0, c))
-                    total += c["tokens"]
                 if len(data) > cfg.chunker.max_chunks:
                     raise PayloadTooLarge(
                         f"the inputs make more than {cfg.chunker.max_chunks} chunks"
                     )
         finally:
             flow.later(parts.limiter.settle(reservation, 0, 0))
+        total = sum(c["tokens"] for c in data)
         return JSONResponse(
             {
                 "object": "list",

@@ -94,20 +94,21 @@ class Flow:
             self.metrics.inc("shed", target, record.plan)
             raise
         price = plan.prices[target.partition(":")[2]]
+        reservation = await self.limit(
+            record, rid, prompt + max_tokens, price.micros(prompt, max_tokens)
+        )
+        self.metrics.inc("requests", target, record.plan)
+        return reservation
+
+    async def limit(self, record: ApiKeyRecord, rid: str, tokens: int, micros: int) -> Reservation:
+        """The key's plan limits alone (also /v1/chunks); a refusal is counted in metrics."""
         try:
-            reservation = await self.limiter.admit(
-                record.key_id,
-                record.plan,
-                plan,
-                rid,
-                prompt + max_tokens,
-                price.micros(prompt, max_tokens),
+            return await self.limiter.admit(
+                record.key_id, record.plan, self.config.plans[record.plan], rid, tokens, micros
             )
         except RateLimited as exc:
             self.metrics.inc("limited", exc.code or "", record.plan)
             raise
-        self.metrics.inc("requests", target, record.plan)
-        return reservation
 
     def settle(
         self, record: ApiKeyRecord, target: str, r: Reservation, prompt: int, completion: int
@@ -247,10 +248,7 @@ class Flow:
 
     def finish(self, call: _Call, prompt: int, completion: int) -> None:
         """Settle a request (and its map-reduce calls) to what was used."""
-        if call.job is not None:
-            prompt += call.job.prompt_used
-            completion += call.job.completion_used
-        self.settle(call.record, call.target, call.reservation, prompt, completion)
+        self.settle(call.record, call.target, call.reservation, *call.billed(prompt, completion))
 
 
 @dataclass
@@ -263,9 +261,12 @@ class _Call:
     reservation: Reservation
     job: SummaryJob | None
 
+    def billed(self, prompt: int, completion: int) -> tuple[int, int]:
+        """The request's tokens plus those of its map-reduce calls, if any."""
+        if self.job is None:
+            return prompt, completion
+        return prompt + self.job.prompt_used, completion + self.job.completion_used
+
     def usage(self, prompt: int, completion: int) -> dict[str, int]:
         """Usage as the reply reports it: billed tokens, map-reduce calls included."""
-        if self.job is not None:
-            prompt += self.job.prompt_used
-            completion += self.job.completion_used
-        return usage(prompt, completion)
+        return usage(*self.billed(prompt, completion))

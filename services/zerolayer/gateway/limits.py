@@ -207,9 +207,3 @@ class Limiter:
             keys=[tok, conc, spend],
             args=[tokens - r.tokens if r.tokens else 0, r.request_id, micros - r.micros],
         )
-
-    async def spent_micros(self, key_id: str, now: float | None = None) -> int:
-        """A key's spend this month so far (reservations of running requests included)."""
-        month, _ = month_of(self.clock() if now is None else now)
-        value = await self.client.get(_keys(key_id, 0, month)[3])
-        return int(value or 0)

@@ -77,11 +77,6 @@ class Metrics:
             self._pending.update(pending)  # keep them for the next flush
             raise
 
-    async def get(self, counter: str, *labels: str) -> int:
-        """A counter's current value (this replica's pending counts included)."""
-        await self.flush()
-        return int(await self.client.hget(f"zl:metrics:{counter}", _SEP.join(labels)) or 0)
-
     async def render(self, gauges: dict[str, dict[str, float]] | None = None) -> str:
         """Prometheus text exposition of every counter, plus this replica's gauges
         ({name: {tier: value}})."""

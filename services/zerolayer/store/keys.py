@@ -11,6 +11,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import Redis
 
+from zerolayer.errors import ZerolayerError
+
 __all__ = [
     "KEY_PREFIX",
     "UnknownKey",
@@ -27,7 +29,7 @@ _INDEX = "zl:keys"
 _ID_NS = "zl:keyid:"
 
 
-class UnknownKey(LookupError):
+class UnknownKey(ZerolayerError, LookupError):
     """No key has that id."""
 
 

@@ -34,10 +34,6 @@ class Tokenfix:
     def __init__(self, model_dirs: dict[str, str | Path]):
         self.builders = {m: PromptBuilder(d) for m, d in model_dirs.items()}
 
-    def tokenizer(self, model: str) -> Any:
-        """The tokenizer of a served model (the chunker counts with the same one)."""
-        return self.builders[model].tokenizer
-
     def token_ids(self, model: str, req: dict[str, Any]) -> list[int]:
         """Cleaned, templated and tokenized prompt; raises InvalidRequest."""
         builder = self.builders[model]
