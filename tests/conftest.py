@@ -30,7 +30,11 @@ def _tiny_settings() -> Any:
     from zerolayer.collapse.build import BuildSettings
 
     return BuildSettings(
-        **TINY_COLLAPSE, search_tries=2, static_levels=(0.3,), dynamic_levels=(0.7,)
+        **TINY_COLLAPSE,
+        search_tries=2,
+        static_levels=(0.3,),
+        dynamic_levels=(0.7,),
+        attn_levels=(0.5,),
     )
 
 

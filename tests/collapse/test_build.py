@@ -74,11 +74,11 @@ def test_dynamic_artifact_reproduces_its_card(built: dict[str, Any], model_dir: 
     card = built["cards"]["dynamic"]
     assert card["quality"]["ppl_delta"] <= 0.03
     assert 0 <= card["activation_sparsity"] < 1
-    model, thresholds = load_dynamic(model_dir, built["out"] / "dynamic")
-    assert all(t > 0 for t in thresholds.values())
-    from zerolayer.collapse.ablate import Evaluator, activation_threshold
+    assert 0 <= card["attn_activation_sparsity"] < 1
+    model, art = load_dynamic(model_dir, built["out"] / "dynamic")
+    assert all(t > 0 for t in [*art.mlp.values(), *art.attn.values()])
+    assert bool(art.attn) == (card["level"]["attn_share"] > 0)
+    from zerolayer.collapse.ablate import Evaluator
 
-    again = Evaluator(model, built["builder"].eval_windows).evaluate(
-        activation_threshold(model, thresholds)
-    )
+    again = Evaluator(model, built["builder"].eval_windows).evaluate(art.cut(model))
     assert again.ppl == pytest.approx(card["quality"]["ppl"], rel=1e-3)

@@ -5,14 +5,13 @@ CPU offload, and 2:4 weights that keep their pattern after load."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from zerolayer.collapse.ablate import activation_threshold
 from zerolayer.collapse.artifacts import (
+    Dynamic,
     load_dynamic,
     load_masked,
     load_sparse24,
@@ -21,6 +20,7 @@ from zerolayer.collapse.artifacts import (
 )
 from zerolayer.collapse.model import decoder_layers, load_model
 from zerolayer.collapse.sparse24 import is_24, linear, mask_24
+from zerolayer.engines import kernels
 from zerolayer.engines.base import SamplingSpec
 from zerolayer.engines.torch_engine import TorchEngine
 
@@ -181,14 +181,14 @@ def test_sparse24_keeps_the_pattern_and_says_it_runs_dense_on_cpu(
             layer = model.layers[i]
             if p in sizes:
                 lo, n = sizes[p]
-                w = layer.qkv[0].weight[lo : lo + n]
+                w = layer.qkv[0].matrix()[lo : lo + n]
             elif p in ("gate_proj", "up_proj"):
                 lo = 0 if p == "gate_proj" else layer.width
-                w = layer.gate_up[0].weight[lo : lo + layer.width]
+                w = layer.gate_up[0].matrix()[lo : lo + layer.width]
             else:
-                w = (layer.o if p == "o_proj" else layer.down).weight
+                w = (layer.o if p == "o_proj" else layer.down).matrix()
             assert is_24(w), (i, p)
-        assert not is_24(model.layers[5].down.weight)  # untouched layers stay dense
+        assert not is_24(model.layers[5].down.matrix())  # untouched layers stay dense
         info = engine.info()
         assert info["hardware_sparsity"] is False and "run dense" in info["sparsity_note"]
     finally:
@@ -204,43 +204,69 @@ def test_sparse24_keeps_the_pattern_and_says_it_runs_dense_on_cpu(
 def test_dynamic_thresholds_match_the_hooked_model(
     model_dir: Path, dense: Any, chats: Any, tmp_path: Path
 ) -> None:
-    # thresholds on |a| of down_proj's input, measured on the prompts
-    inputs: dict[int, torch.Tensor] = {}
+    # thresholds on |a| of down_proj's and o_proj's inputs, measured on the prompts
+    inputs: dict[tuple[int, str], torch.Tensor] = {}
     hooks = [
-        layer.mlp.down_proj.register_forward_pre_hook(
-            lambda _m, a, i=i: inputs.__setitem__(i, a[0].detach().abs().flatten())
+        proj.register_forward_pre_hook(
+            lambda _m, a, key=(i, kind): inputs.__setitem__(key, a[0].detach().abs().flatten())
         )
         for i, layer in enumerate(decoder_layers(dense)[:20])
+        for kind, proj in (("mlp", layer.mlp.down_proj), ("attn", layer.self_attn.o_proj))
     ]
     with torch.no_grad():
         dense(torch.tensor([chats[0] + chats[1]]), use_cache=False)
     for h in hooks:
         h.remove()
-    # 90% of activations under the threshold in even layers (the latency-mode kernel reads only
-    # the active rows), 40% in odd ones (dense product over the zeroed input)
-    thresholds = {i: float(a.quantile(0.9 if i % 2 == 0 else 0.4)) for i, a in inputs.items()}
-    save_dynamic(tmp_path, thresholds, {})
+    # 90% of down_proj's inputs under the threshold in even layers, 40% in odd ones; half of
+    # o_proj's in every layer from 5 on
+    mlp = {
+        i: float(a.quantile(0.9 if i % 2 == 0 else 0.4))
+        for (i, k), a in inputs.items()
+        if k == "mlp"
+    }
+    attn = {i: float(a.quantile(0.5)) for (i, k), a in inputs.items() if k == "attn" and i >= 5}
+    save_dynamic(tmp_path, Dynamic(mlp, attn, {}))
     model, loaded = load_dynamic(model_dir, tmp_path)
-    assert json.loads((tmp_path / "thresholds.json").read_text())["kind"] == "mlp"
-    with activation_threshold(model, loaded):
+    assert loaded.mlp == mlp and loaded.attn == attn
+    with loaded.cut(model):
         expected = [greedy(model, ids, stop_at_eos=True) for ids in chats]
     engine = TorchEngine(
         str(model_dir), artifact="dynamic", artifact_dir=str(tmp_path), max_model_len=512
     )
 
-    async def one_at_a_time() -> tuple[list[list[int]], int]:
+    async def one_at_a_time() -> tuple[list[list[int]], dict[str, Any], dict[str, Any]]:
         await engine.start()
         try:
             got = [(await _collect(engine, s))[0] for s in _greedy_specs(chats)]
-            return got, engine.model.latency_calls
+            return got, await engine.stats(), engine.info()
         finally:
             await engine.shutdown()
 
-    # one request at a time: decode runs the latency-mode kernel (only the active rows) in the
-    # layers with few active rows
-    got, latency_calls = asyncio.run(one_at_a_time())
+    # one request at a time: every decode step runs the compiled kernel (only the rows of the
+    # inputs that pass are read), prefill the zeroed dense product
+    got, stats, info = asyncio.run(one_at_a_time())
     assert got == expected
-    assert latency_calls > 0
+    assert info["latency_mode"] and info["latency_kernel"], info
+    assert stats["thresholds"] == len(mlp) + len(attn)
+    # the kernel saw the thresholds: between the odd layers' 60% and the even layers' 10% pass
+    assert 0.1 < stats["latency_active_share"] < 0.7
+
+
+def test_the_kernel_matches_the_zeroed_dense_product() -> None:
+    kernel = kernels.load()
+    assert kernel is not None, "no C compiler: latency mode would fall back to torch ops"
+    gen = torch.Generator().manual_seed(0)
+    for rows, cols in ((576, 3072), (1536, 576), (7, 5)):
+        w = torch.randn(cols, rows, generator=gen)
+        x = torch.randn(1, rows, generator=gen)
+        for t in (0.0, 0.5, 1.5, 10.0):
+            expected = torch.where(x.abs() < t, 0.0, x) @ w.t()
+            got = kernel(w.t().contiguous(), x, t)
+            assert torch.allclose(got, expected, atol=1e-4), (rows, cols, t)
+    with pytest.raises(ValueError, match="do not fit"):
+        kernel(torch.zeros(4, 3), torch.zeros(1, 5), 0.1)
+    with pytest.raises(ValueError, match="float32"):
+        kernel(torch.zeros(4, 3), torch.zeros(1, 4, dtype=torch.float64), 0.1)
 
 
 def test_a_failing_model_errors_every_request_instead_of_hanging(

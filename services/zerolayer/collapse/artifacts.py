@@ -1,4 +1,4 @@
-"""Tier artifacts of a static MLP cut.
+"""Tier artifacts: how each is written and how it loads.
 
 masked: the dense checkpoint stays where it is; the artifact holds, per layer, the keep-mask of
   MLP channels and the repaired down_proj columns of the kept channels (masks.safetensors). Loading
@@ -6,17 +6,23 @@ masked: the dense checkpoint stays where it is; the artifact holds, per layer, t
 pruned: the same cut applied physically: gate_proj/up_proj rows and down_proj columns of removed
   channels are gone, each layer has its own MLP width (config.json "zerolayer.intermediate_sizes").
 Both reproduce the same function; the pruned one loads without the dense checkpoint.
+dynamic: per-token thresholds on the inputs of down_proj and o_proj, with distilled down_proj
+  weights (thresholds.json, down_proj.safetensors).
+sparse24: 2:4 weights stored as their kept halves and positions (sparse24.safetensors).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from zerolayer.collapse.ablate import activation_threshold
 from zerolayer.collapse.model import decoder_layers, load_model
 
 __all__ = [
@@ -28,6 +34,7 @@ __all__ = [
     "load_pruned",
     "narrow_mlp",
     "narrow_state",
+    "Dynamic",
     "save_dynamic",
     "read_dynamic",
     "load_dynamic",
@@ -92,43 +99,68 @@ def load_masked(dense_dir: Path, folder: Path) -> Any:
     return apply_masked(load_model(dense_dir), folder)
 
 
-def save_dynamic(folder: Path, thresholds: dict[int, float], down: dict[int, torch.Tensor]) -> Path:
-    """Write a dynamic (per-token threshold) artifact: thresholds.json, and the distilled
-    down_proj weights of the thresholded layers in down_proj.safetensors (none: dense weights)."""
+@dataclass
+class Dynamic:
+    """A dynamic (per-token threshold) artifact: per layer, the |a| threshold on down_proj's input
+    (`mlp`) and on o_proj's input (`attn`), and the down_proj weights distilled with them in place
+    (`down`; none: the dense weights)."""
+
+    mlp: dict[int, float]
+    attn: dict[int, float] = field(default_factory=dict)
+    down: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def cut(self, model: Any) -> AbstractContextManager[None]:
+        """The thresholds applied to a transformers model (its weights are not touched)."""
+        stack = ExitStack()
+        stack.enter_context(activation_threshold(model, self.mlp, "mlp"))
+        stack.enter_context(activation_threshold(model, self.attn, "attn"))
+        return stack
+
+
+def save_dynamic(folder: Path, art: Dynamic) -> Path:
+    """Write a dynamic artifact: thresholds.json, and the distilled down_proj weights of the
+    thresholded layers in down_proj.safetensors."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    body = {"kind": "mlp", "thresholds": {str(i): t for i, t in thresholds.items()}}
+    body = {
+        "kind": "mlp",
+        "thresholds": {str(i): t for i, t in art.mlp.items()},
+        "attn_thresholds": {str(i): t for i, t in art.attn.items()},
+    }
     (folder / "thresholds.json").write_text(json.dumps(body, indent=1) + "\n")
-    tensors = {f"layers.{i}.down_proj": w.contiguous() for i, w in down.items()}
+    tensors = {f"layers.{i}.down_proj": w.contiguous() for i, w in art.down.items()}
     save_file(tensors, str(folder / "down_proj.safetensors"))
     return folder
 
 
-def read_dynamic(folder: Path) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
-    """A dynamic artifact's per-layer thresholds and distilled down_proj weights."""
+def read_dynamic(folder: Path) -> Dynamic:
+    """A dynamic artifact as written by save_dynamic (one without attn_thresholds: none)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
     body = json.loads((folder / "thresholds.json").read_text())
-    thresholds = {int(i): float(t) for i, t in body["thresholds"].items()}
     down = {
         int(k.split(".")[1]): w for k, w in load_file(str(folder / "down_proj.safetensors")).items()
     }
-    return thresholds, down
+    return Dynamic(
+        {int(i): float(t) for i, t in body["thresholds"].items()},
+        {int(i): float(t) for i, t in body.get("attn_thresholds", {}).items()},
+        down,
+    )
 
 
 @torch.no_grad()
-def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, dict[int, float]]:
-    """The dense checkpoint with a dynamic artifact's weights, and its per-layer thresholds
-    (apply them with collapse.ablate.activation_threshold, or an engine's own kernel)."""
+def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, Dynamic]:
+    """The dense checkpoint with a dynamic artifact's weights, and the artifact (apply its
+    thresholds with `Dynamic.cut`, or an engine's own kernel)."""
     model = load_model(dense_dir)
-    thresholds, down = read_dynamic(folder)
+    art = read_dynamic(folder)
     layers = decoder_layers(model)
-    for i, w in down.items():
+    for i, w in art.down.items():
         layers[i].mlp.down_proj.weight.copy_(w)
-    return model, thresholds
+    return model, art
 
 
 def save_sparse24(folder: Path, weights: dict[tuple[int, str], torch.Tensor]) -> None:

@@ -4,7 +4,9 @@ It reads a Hugging Face Llama checkpoint (SmolLM2 and kin), or one with per-laye
 (collapse pruned checkpoints), and applies tier artifacts at load:
   masked    the kept MLP channels only (gate/up rows and down columns of removed ones are dropped,
             so the computed function and cost equal the pruned checkpoint's)
-  dynamic   per-token thresholds on down_proj's input, with the distilled down_proj weights
+  dynamic   per-token thresholds on the inputs of down_proj and o_proj, with the distilled
+            down_proj weights; one token's product (latency mode) runs a compiled kernel that
+            reads only the weight rows of the inputs that pass (engines/kernels.py)
   sparse24  2:4 weights; on an NVIDIA GPU with compute capability >= 8.0 they also run on the
             sparse tensor cores for steps of at least `sparse_min_tokens` tokens
 Layers beyond a device memory budget stay in host memory (pinned when CUDA is there) and are
@@ -25,13 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from zerolayer.config import ARTIFACTS
+from zerolayer.engines import kernels
+from zerolayer.engines.kernels import SparseInputKernel
 
 __all__ = ["Shape", "SlotCache", "LlamaModel", "read_state", "sparse_hw_available"]
-
-# latency mode reads only the active rows of down_proj^T when at most this share is active:
-# benchmarks/latency_kernel.py on 2 CPU cores measured index_select + GEMV at 0.62-0.69x the
-# dense GEMV with 40% of rows active, 0.99-1.11x with 20% (docs/benchmarks.md)
-LATENCY_MAX_ACTIVE = 0.2
 
 
 @dataclass(frozen=True)
@@ -99,21 +98,50 @@ def sparse_hw_available(device: torch.device) -> bool:
 
 
 class Proj:
-    """y = x @ W.T for one (possibly fused) weight; with a 2:4 copy on sparse tensor cores used
-    for steps of at least min_tokens tokens, where it pays."""
+    """y = x @ W.T for one (possibly fused) weight.
 
-    def __init__(self, weight: torch.Tensor, sparse: Any = None, min_tokens: int = 256):
+    With an input threshold (latency mode), entries of x with |x| < threshold count as zero. On
+    a CPU in float32 with the compiled kernel (engines/kernels.py) such a weight is kept
+    transposed (in x out) and a single token's product runs the kernel, which reads only the
+    rows of the inputs that pass; batches use the same weight through one matmul over the zeroed
+    input. Other weights keep torch's layout (out x in), with a 2:4 copy on sparse tensor cores
+    used for steps of at least min_tokens tokens, where it pays. (At threshold 0 the kernel read
+    SmolLM2's weights slower than torch's GEMV in a real decode step, so dense weights use that.)"""
+
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        sparse: Any = None,
+        min_tokens: int = 256,
+        threshold: float | None = None,
+        kernel: SparseInputKernel | None = None,
+    ):
         self.weight = weight
         self.sparse = sparse
         self.min_tokens = min_tokens
+        self.threshold = threshold
+        self.kernel = kernel
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            if x.shape[0] == 1:
+                return self.kernel.run(self.weight, x.contiguous(), self.threshold or 0.0)
+            if self.threshold is not None:
+                x = torch.where(x.abs() < self.threshold, torch.zeros_like(x), x)
+            return x @ self.weight
+        if self.threshold is not None:
+            x = torch.where(x.abs() < self.threshold, torch.zeros_like(x), x)
         if self.sparse is not None and x.shape[0] >= self.min_tokens:
             return F.linear(x, self.sparse)
         return F.linear(x, self.weight)
 
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.weight]
+    def matrix(self) -> torch.Tensor:
+        """The weight in torch's layout (out x in), whichever way it is stored."""
+        return self.weight.t() if self.kernel is not None else self.weight
+
+    def like(self, weight: torch.Tensor) -> Proj:
+        """The same projection over another copy of its weight (offload: a device copy)."""
+        return Proj(weight, self.sparse, self.min_tokens, self.threshold, self.kernel)
 
 
 @dataclass
@@ -127,8 +155,6 @@ class Layer:
     gate_up: list[Proj]
     down: Proj
     width: int
-    threshold: float | None = None
-    down_t: torch.Tensor | None = None  # down_proj transposed, for the latency-mode kernel
 
     def tensors(self) -> dict[str, torch.Tensor]:
         out = {"in_norm": self.in_norm, "post_norm": self.post_norm}
@@ -142,23 +168,23 @@ class Layer:
         """The same layer over other copies of its tensors (offload: a device copy)."""
 
         def group(name: str, projs: list[Proj]) -> list[Proj]:
-            return [Proj(t[f"{name}.{j}"], p.sparse, p.min_tokens) for j, p in enumerate(projs)]
+            return [p.like(t[f"{name}.{j}"]) for j, p in enumerate(projs)]
 
         # a projection's 2:4 copy lives on the device already and goes along unchanged
         return Layer(
             t["in_norm"],
             t["post_norm"],
             group("qkv", self.qkv),
-            Proj(t["o"], self.o.sparse, self.o.min_tokens),
+            self.o.like(t["o"]),
             group("gate_up", self.gate_up),
-            Proj(t["down"], self.down.sparse, self.down.min_tokens),
+            self.down.like(t["down"]),
             self.width,
-            self.threshold,
-            None,
         )
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:  # one fused op, the same result
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return w * xf.to(x.dtype)
@@ -235,6 +261,8 @@ class LoadReport:
     sparse24_hardware: bool = False
     sparse24_note: str = ""
     thresholds: int = 0
+    latency_kernel: bool = False
+    latency_note: str = ""
     offloaded_layers: int = 0
     resident_bytes: int = 0
     offloaded_bytes: int = 0
@@ -254,7 +282,7 @@ class LlamaModel:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         max_len: int = 2048,
-        thresholds: dict[int, float] | None = None,
+        thresholds: dict[tuple[int, str], float] | None = None,
         sparse_units: set[tuple[int, str]] | None = None,
         sparse_min_tokens: int = 256,
         device_budget_bytes: int | None = None,
@@ -270,6 +298,7 @@ class LlamaModel:
         self.report.mlp_widths = list(shape.widths)
         thresholds = thresholds or {}
         sparse_units = sparse_units or set()
+        self.kernel = self._kernel() if thresholds else None
         hw = bool(sparse_units) and sparse_hw_available(self.device)
         self.report.sparse24_units = len(sparse_units)
         self.report.sparse24_hardware = hw
@@ -298,7 +327,11 @@ class LlamaModel:
                 ws = [state[f"{q}{prefix}.{n}.weight"].to(dtype) for n in names]
                 if any((i, n) in sparse_units for n in names) and hw:
                     return [self._sparse(w, sparse_min_tokens) for w in ws]
-                return [Proj(ws[0].contiguous() if len(ws) == 1 else torch.cat(ws))]
+                w = ws[0] if len(ws) == 1 else torch.cat(ws)
+                t = thresholds.get((i, names[0])) if len(ws) == 1 else None
+                if t is not None and self.kernel is not None:
+                    return [Proj(w.t().contiguous(), threshold=t, kernel=self.kernel)]
+                return [Proj(w.contiguous(), threshold=t)]
 
             host_layers.append(
                 Layer(
@@ -309,13 +342,11 @@ class LlamaModel:
                     gate_up=group(["gate_proj", "up_proj"], "mlp"),
                     down=group(["down_proj"], "mlp")[0],
                     width=shape.widths[i],
-                    threshold=thresholds.get(i),
                 )
             )
         self.report.thresholds = len(thresholds)
         self.layers, self.offloaded = self._place(host_layers, device_budget_bytes, offload_layers)
         self._prefetched: tuple[int, Layer, Any] | None = None
-        self.latency_calls = 0  # MLPs that ran the latency-mode kernel
         self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         inv = 1.0 / (
             shape.rope_theta
@@ -329,6 +360,23 @@ class LlamaModel:
         self.kv_size = shape.kv_heads * shape.head_dim
 
     # loading -----------------------------------------------------------------------------------
+    def _kernel(self) -> SparseInputKernel | None:
+        """The latency-mode kernel where it runs (float32 on a CPU, a C compiler present)."""
+        if self.device.type != "cpu" or self.dtype != torch.float32:
+            self.report.latency_note = (
+                f"thresholds applied with torch ops on {self.device.type} "
+                f"({self.report.dtype}): every weight row is still read"
+            )
+            return None
+        kernel = kernels.load()
+        self.report.latency_kernel = kernel is not None
+        self.report.latency_note = (
+            "one token's thresholded products read only the active weight rows (compiled kernel)"
+            if kernel is not None
+            else "no C compiler here: thresholds applied with torch ops, every row read"
+        )
+        return kernel
+
     def _sparse(self, w: torch.Tensor, min_tokens: int) -> Proj:
         from torch.sparse import to_sparse_semi_structured
 
@@ -360,8 +408,6 @@ class LlamaModel:
             moved = layer.with_tensors(
                 {k: t.to(self.device).contiguous() for k, t in layer.tensors().items()}
             )
-            if layer.threshold is not None:
-                moved.down_t = moved.down.weight.t().contiguous()
             placed.append(moved)
             used += size
         self.report.offloaded_layers = len(offloaded)
@@ -402,42 +448,38 @@ class LlamaModel:
     # forward -----------------------------------------------------------------------------------
     def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
         gate, up = _split(layer.gate_up, x, [layer.width, layer.width])
-        h = F.silu(gate) * up
-        if layer.threshold is None:
-            return layer.down(h)
-        h = torch.where(h.abs() < layer.threshold, torch.zeros_like(h), h)
-        if h.shape[0] == 1 and layer.down_t is not None:
-            # latency mode: read only the rows of down_proj^T whose activation passed, where
-            # that pays (LATENCY_MAX_ACTIVE)
-            idx = h[0].nonzero().squeeze(1)
-            if idx.numel() <= LATENCY_MAX_ACTIVE * layer.width:
-                self.latency_calls += 1
-                return (h[0, idx] @ layer.down_t.index_select(0, idx)).unsqueeze(0)
-        return layer.down(h)
+        return layer.down(F.silu(gate) * up)
+
+    def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables of these positions, once per forward: [n, 1, head_dim] each."""
+        return self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
 
     def _qkv(
-        self, layer: Layer, x: torch.Tensor, pos: torch.Tensor
+        self, layer: Layer, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.shape
-        q, k, v = _split(layer.qkv, x, [self.q_size, self.kv_size, self.kv_size])
         n = x.shape[0]
-        q = q.view(n, s.heads, s.head_dim)
-        k = k.view(n, s.kv_heads, s.head_dim)
-        v = v.view(n, s.kv_heads, s.head_dim)
-        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+        if len(layer.qkv) == 1:  # fused: queries and keys rotate as one tensor
+            qkv = layer.qkv[0](x).view(n, s.heads + 2 * s.kv_heads, s.head_dim)
+            qk, v = qkv[:, : s.heads + s.kv_heads], qkv[:, s.heads + s.kv_heads :]
+        else:
+            q, k, v = (p(x) for p in layer.qkv)
+            qk = torch.cat((q.view(n, s.heads, s.head_dim), k.view(n, s.kv_heads, s.head_dim)), 1)
+            v = v.view(n, s.kv_heads, s.head_dim)
+        qk = _rotate(qk, *rope)
+        return qk[:, : s.heads], qk[:, s.heads :], v
 
     @torch.inference_mode()
     def prefill(self, tokens: list[int], slot: int, cache: SlotCache) -> torch.Tensor:
         """Run one new sequence's prompt into `slot`; logits of its last position [vocab]."""
         s = self.shape
         t = len(tokens)
-        pos = torch.arange(t, device=self.device)
+        rope = self._rope(torch.arange(t, device=self.device))
         x = self.embed[torch.tensor(tokens, device=self.device)]
         for i in range(s.layers):
             layer = self._layer(i)
             h = _rms(x, layer.in_norm, s.eps)
-            q, k, v = self._qkv(layer, h, pos)
+            q, k, v = self._qkv(layer, h, rope)
             cache.k[i][slot, :, :t] = k.transpose(0, 1)
             cache.v[i][slot, :, :t] = v.transpose(0, 1)
             a = F.scaled_dot_product_attention(
@@ -462,11 +504,12 @@ class LlamaModel:
         visible = (torch.arange(length, device=self.device)[None, :] <= pos[:, None]).view(
             n, 1, 1, length
         )
+        rope = self._rope(pos)
         x = self.embed[torch.tensor(tokens, device=self.device)]
         for i in range(s.layers):
             layer = self._layer(i)
             h = _rms(x, layer.in_norm, s.eps)
-            q, k, v = self._qkv(layer, h, pos)
+            q, k, v = self._qkv(layer, h, rope)
             kc, vc = cache.k[i], cache.v[i]
             kc[rows, :, pos] = k
             vc[rows, :, pos] = v
@@ -505,7 +548,7 @@ def load_llama(
     source = Path(artifact_dir) if artifact == "pruned" else Path(model_dir)
     cfg = json.loads((source / "config.json").read_text())
     state = read_state(source)
-    thresholds: dict[int, float] = {}
+    thresholds: dict[tuple[int, str], float] = {}
     units: set[tuple[int, str]] = set()
     if artifact == "masked":
         keep, down = read_masks(Path(artifact_dir or ""))
@@ -514,9 +557,11 @@ def load_llama(
         )
         cfg["zerolayer"] = {"intermediate_sizes": widths}
     elif artifact == "dynamic":
-        thresholds, down = read_dynamic(Path(artifact_dir or ""))
-        for i, w in down.items():
+        art = read_dynamic(Path(artifact_dir or ""))
+        for i, w in art.down.items():
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
+        thresholds = {(i, "down_proj"): t for i, t in art.mlp.items()}
+        thresholds.update({(i, "o_proj"): t for i, t in art.attn.items()})
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(Path(artifact_dir or "")).items():
             part = "mlp" if p in MLP_PROJ else "self_attn"

@@ -140,6 +140,10 @@ class TorchEngine:
 
     async def stats(self) -> dict[str, Any]:
         report = self.model.report.as_dict() if self.model is not None else {}
+        kernel = self.model.kernel if self.model is not None else None
+        if kernel is not None and kernel.total:
+            # share of thresholded inputs that passed, over this process's single-token steps
+            report["latency_active_share"] = round(kernel.active / kernel.total, 4)
         return {"engine": "torch", "model_dir": self.model_dir, **report, **self.counters}
 
     def info(self) -> dict[str, Any]:
@@ -154,6 +158,8 @@ class TorchEngine:
             "offload": r.offloaded_layers > 0,
             "offloaded_layers": r.offloaded_layers,
             "latency_mode": r.thresholds > 0,
+            "latency_kernel": r.latency_kernel,
+            "latency_note": r.latency_note,
         }
 
     # requests ----------------------------------------------------------------------------------
