@@ -4,8 +4,9 @@ tier card's perplexity change.
 
 Every engine runs in its own worker process (started once, so its peak memory is its own); the
 parent drives them in rounds, one engine at a time, interleaved: round r measures every engine
-before round r+1 starts. One warm-up round, then --repeats measured rounds; ratios are medians of
-the per-round ratios. Writes benchmarks/results/tiers.json.
+before round r+1 starts, beginning one engine later than round r-1 did. One warm-up round, then
+--repeats measured rounds; ratios are medians of the per-round ratios. Writes
+benchmarks/results/tiers.json.
 
   .venv/bin/python benchmarks/tiers.py [--repeats 3] [--artifacts DIR]
 
@@ -273,7 +274,9 @@ def main() -> None:
         rows: list[dict[str, Any]] = []
         for rnd in range(args.repeats + 1):
             row: dict[str, Any] = {}
-            for w in workers:
+            # each round starts one worker later, so whatever a worker leaves behind (vLLM's
+            # engine core polls for a while after its run) falls on a different engine each time
+            for w in workers[rnd % len(workers) :] + workers[: rnd % len(workers)]:
                 one, many = w.run(1), w.run(STREAMS)
                 row[w.name] = {
                     "decode_tps_1": one["decode_tps"],
