@@ -346,7 +346,7 @@ class Builder:
         layers = decoder_layers(self.model)
 
         def with_weights(th: dict[int, float]) -> Callable[[Weights], AbstractContextManager[None]]:
-            return lambda w: _both(swapped(self.model, w), activation_threshold(self.model, th))
+            return lambda w: self._applied(Dynamic(th, {}, w))
 
         def recover(choice: Choice) -> tuple[Weights, AbstractContextManager[None], bool]:
             th = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
@@ -373,16 +373,15 @@ class Builder:
             down = {}  # the dense weights: nothing to store
         art, attn_share, quality = self._attn_thresholds(Dynamic(thresholds, {}, down), quality)
         folder = save_dynamic(self.out / "dynamic", art)
-        val_after = self.validator.evaluate(
-            _both(swapped(self.model, art.down), art.cut(self.model))
-        ).ppl_delta
+        val_after = self.validator.evaluate(self._applied(art)).ppl_delta
+        sparsity = self._measured_sparsity(art)
         extra = {
             "level": {
                 "per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()},
                 "attn_share": attn_share,
             },
-            "activation_sparsity": round(self._measured_sparsity(art, "mlp"), 5),
-            "attn_activation_sparsity": round(self._measured_sparsity(art, "attn"), 5),
+            "activation_sparsity": round(sparsity["mlp"], 5),
+            "attn_activation_sparsity": round(sparsity["attn"], 5),
             "validation_ppl_delta": round(val_after, 5),
             "validation_ppl_delta_thresholds_only": round(choice.val_delta, 5),
             "distill_epochs": self.s.distill_epochs if distilled else 0,
@@ -407,35 +406,37 @@ class Builder:
         thresholds' quality when no level fits). o_proj's input tolerates this far better than
         the other projections' (docs/collapse.md); latency mode skips the o_proj rows it zeroes."""
         smap, budget = self.silence_map(), self.s.budget("dynamic")
-
-        def with_down(a: Dynamic) -> AbstractContextManager[None]:
-            return _both(swapped(self.model, a.down), a.cut(self.model))
-
         for share in sorted(self.s.attn_levels, reverse=True):
             attn = dynamic_thresholds(smap, {i: share for i in range(self.layers)}, kind="attn")
             trial = Dynamic(art.mlp, attn, art.down)
-            if self.validator.evaluate(with_down(trial)).ppl_delta > budget:
+            if self.validator.evaluate(self._applied(trial)).ppl_delta > budget:
                 continue
-            q = self.evaluator.evaluate(with_down(trial), desc="dynamic + attn on eval").as_dict()
+            desc = "dynamic + attn on eval"
+            q = self.evaluator.evaluate(self._applied(trial), desc=desc).as_dict()
             if q["ppl_delta"] <= budget:
                 return trial, share, q
         return art, 0.0, quality
 
-    @torch.no_grad()
-    def _measured_sparsity(self, art: Dynamic, kind: str) -> float:
-        """Share of the thresholded projections' inputs that are zero on evaluation text."""
-        zeros, total = [0], [0]
-        cut_layers = art.mlp if kind == "mlp" else art.attn
+    def _applied(self, art: Dynamic) -> AbstractContextManager[None]:
+        """A dynamic artifact on the loaded model: its down_proj weights and its thresholds."""
+        return _both(swapped(self.model, art.down), art.cut(self.model))
 
-        def count(i: int, k: str, x: torch.Tensor) -> None:
-            if k == kind and i in cut_layers:
-                zeros[0] += int((x == 0).sum())
-                total[0] += x.numel()
+    @torch.no_grad()
+    def _measured_sparsity(self, art: Dynamic) -> dict[str, float]:
+        """Per kind (mlp, attn), the share of the thresholded projections' inputs that are zero
+        on evaluation text; one pass counts both."""
+        cut = {"mlp": art.mlp, "attn": art.attn}
+        zeros, total = {k: 0 for k in cut}, {k: 0 for k in cut}
+
+        def count(i: int, kind: str, x: torch.Tensor) -> None:
+            if i in cut.get(kind, {}):
+                zeros[kind] += int((x == 0).sum())
+                total[kind] += x.numel()
 
         with art.cut(self.model), capture_inputs(self.model, count):
             for ids in self.eval_windows[:8]:
                 self.model(torch.tensor([ids]), use_cache=False)
-        return zeros[0] / max(1, total[0])
+        return {k: zeros[k] / max(1, total[k]) for k in cut}
 
     def sparse24(self) -> dict[str, Any]:
         """2:4 on the projection groups whose ablation keeps the tier in budget."""

@@ -123,14 +123,12 @@ class Proj:
         self.kernel = kernel
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel is not None:
-            if x.shape[0] == 1:
-                return self.kernel.run(self.weight, x.contiguous(), self.threshold or 0.0)
-            if self.threshold is not None:
-                x = torch.where(x.abs() < self.threshold, torch.zeros_like(x), x)
-            return x @ self.weight
+        if self.kernel is not None and x.shape[0] == 1:
+            return self.kernel.run(self.weight, x.contiguous(), self.threshold or 0.0)
         if self.threshold is not None:
             x = torch.where(x.abs() < self.threshold, torch.zeros_like(x), x)
+        if self.kernel is not None:  # the weight is stored transposed
+            return x @ self.weight
         if self.sparse is not None and x.shape[0] >= self.min_tokens:
             return F.linear(x, self.sparse)
         return F.linear(x, self.weight)
