@@ -34,7 +34,7 @@ def _tiny_settings() -> Any:
         search_tries=2,
         static_levels=(0.3,),
         dynamic_levels=(0.7,),
-        attn_levels=(0.5,),
+        input_levels=(("attn", (0.5,)), ("gate_up", (0.2,)), ("qkv", (0.2,))),
     )
 
 

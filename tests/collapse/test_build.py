@@ -74,11 +74,39 @@ def test_dynamic_artifact_reproduces_its_card(built: dict[str, Any], model_dir: 
     card = built["cards"]["dynamic"]
     assert card["quality"]["ppl_delta"] <= 0.03
     assert 0 <= card["activation_sparsity"] < 1
-    assert 0 <= card["attn_activation_sparsity"] < 1
     model, art = load_dynamic(model_dir, built["out"] / "dynamic")
-    assert all(t > 0 for t in [*art.mlp.values(), *art.attn.values()])
-    assert bool(art.attn) == (card["level"]["attn_share"] > 0)
+    for kind, th in art.inputs().items():
+        assert all(t > 0 for t in th.values()), kind
+        if kind != "mlp":
+            assert bool(th) == (card["level"][f"{kind}_share"] > 0), kind
+            assert 0 <= card[f"{kind}_activation_sparsity"] < 1, kind
+            # a share s of the input under its threshold on calibration text: about s zeroed
+            share = card["level"][f"{kind}_share"]
+            assert card[f"{kind}_activation_sparsity"] == pytest.approx(share, abs=0.15), kind
     from zerolayer.collapse.ablate import Evaluator
 
     again = Evaluator(model, built["builder"].eval_windows).evaluate(art.cut(model))
     assert again.ppl == pytest.approx(card["quality"]["ppl"], rel=1e-3)
+
+
+def test_a_dynamic_cut_changes_the_model_only_inside_its_body(
+    built: dict[str, Any], model_dir: Path
+) -> None:
+    from zerolayer.collapse.ablate import Evaluator
+    from zerolayer.collapse.artifacts import read_dynamic
+
+    b = built["builder"]
+    art = read_dynamic(built["out"] / "dynamic")
+    x = torch.tensor([b.eval_windows[0][:64]])
+    with torch.no_grad():
+        dense = b.model(x, use_cache=False).logits
+        applied = b._applied(art)  # made, not entered: the model is still dense
+        assert torch.equal(b.model(x, use_cache=False).logits, dense)
+        with applied:
+            assert not torch.equal(b.model(x, use_cache=False).logits, dense)
+        assert torch.equal(b.model(x, use_cache=False).logits, dense)
+    # an evaluator's first call computes the dense reference before entering the cut it gets
+    fresh = Evaluator(b.model, b.eval_windows[:2])
+    cut = fresh.evaluate(b._applied(art))
+    assert cut.dense_ppl == pytest.approx(Evaluator(b.model, b.eval_windows[:2]).dense())
+    assert cut.kl > 0

@@ -204,30 +204,39 @@ def test_sparse24_keeps_the_pattern_and_says_it_runs_dense_on_cpu(
 def test_dynamic_thresholds_match_the_hooked_model(
     model_dir: Path, dense: Any, chats: Any, tmp_path: Path
 ) -> None:
-    # thresholds on |a| of down_proj's and o_proj's inputs, measured on the prompts
+    # thresholds on |a| of every projection's input, measured on the prompts
     inputs: dict[tuple[int, str], torch.Tensor] = {}
     hooks = [
         proj.register_forward_pre_hook(
             lambda _m, a, key=(i, kind): inputs.__setitem__(key, a[0].detach().abs().flatten())
         )
         for i, layer in enumerate(decoder_layers(dense)[:20])
-        for kind, proj in (("mlp", layer.mlp.down_proj), ("attn", layer.self_attn.o_proj))
+        for kind, proj in (
+            ("mlp", layer.mlp.down_proj),
+            ("attn", layer.self_attn.o_proj),
+            ("qkv", layer.self_attn.q_proj),
+            ("gate_up", layer.mlp.gate_proj),
+        )
     ]
     with torch.no_grad():
         dense(torch.tensor([chats[0] + chats[1]]), use_cache=False)
     for h in hooks:
         h.remove()
     # 90% of down_proj's inputs under the threshold in even layers, 40% in odd ones; half of
-    # o_proj's in every layer from 5 on
+    # o_proj's in every layer from 5 on; 20% of gate/up's in layers 0-9, of q/k/v's in 10-19
     mlp = {
         i: float(a.quantile(0.9 if i % 2 == 0 else 0.4))
         for (i, k), a in inputs.items()
         if k == "mlp"
     }
     attn = {i: float(a.quantile(0.5)) for (i, k), a in inputs.items() if k == "attn" and i >= 5}
-    save_dynamic(tmp_path, Dynamic(mlp, attn, {}))
+    gate_up = {
+        i: float(a.quantile(0.2)) for (i, k), a in inputs.items() if k == "gate_up" and i < 10
+    }
+    qkv = {i: float(a.quantile(0.2)) for (i, k), a in inputs.items() if k == "qkv" and i >= 10}
+    save_dynamic(tmp_path, Dynamic(mlp, attn, {}, qkv, gate_up))
     model, loaded = load_dynamic(model_dir, tmp_path)
-    assert loaded.mlp == mlp and loaded.attn == attn
+    assert (loaded.mlp, loaded.attn, loaded.qkv, loaded.gate_up) == (mlp, attn, qkv, gate_up)
     with loaded.cut(model):
         expected = [greedy(model, ids, stop_at_eos=True) for ids in chats]
     engine = TorchEngine(
@@ -247,9 +256,9 @@ def test_dynamic_thresholds_match_the_hooked_model(
     got, stats, info = asyncio.run(one_at_a_time())
     assert got == expected
     assert info["latency_mode"] and info["latency_kernel"], info
-    assert stats["thresholds"] == len(mlp) + len(attn)
-    # the kernel saw the thresholds: between the odd layers' 60% and the even layers' 10% pass
-    assert 0.1 < stats["latency_active_share"] < 0.7
+    assert stats["thresholds"] == len(mlp) + len(attn) + len(qkv) + len(gate_up)
+    # the kernel saw the thresholds: a mix of 10%, 50%, 60% and 80% passing
+    assert 0.1 < stats["latency_active_share"] < 0.8
 
 
 def test_the_kernel_matches_the_zeroed_dense_product() -> None:
@@ -296,3 +305,30 @@ def test_a_failing_model_errors_every_request_instead_of_hanging(
             await engine.shutdown()
 
     asyncio.run(go())
+
+
+def test_the_compiled_decode_step_matches_the_torch_ops(model_dir: Path, chats: Any) -> None:
+    from zerolayer.engines.llama import SlotCache, load_llama
+
+    model = load_llama(model_dir)
+    assert model.report.latency_kernel and model._layers_c is not None
+    compiled = model._layers_c
+
+    def steps(use_compiled: bool) -> tuple[list[int], torch.Tensor]:
+        model._layers_c = compiled if use_compiled else None
+        cache = SlotCache(model.shape, torch.float32, model.device, 512)
+        cache.ensure(1, len(chats[0]) + 1)  # too small for the steps: it grows on the way
+        logits = model.prefill(chats[0], 0, cache)
+        tokens, seen = [], []
+        for i in range(12):
+            tokens.append(int(logits.argmax()))
+            cache.ensure(1, len(chats[0]) + i + 1)
+            logits = model.decode([tokens[-1]], [len(chats[0]) + i], cache)[0]
+            seen.append(logits)
+        return tokens, torch.stack(seen)
+
+    fast_tokens, fast = steps(True)
+    slow_tokens, slow = steps(False)
+    model._layers_c = compiled
+    assert fast_tokens == slow_tokens
+    assert torch.allclose(fast, slow, atol=1e-3, rtol=0), float((fast - slow).abs().max())

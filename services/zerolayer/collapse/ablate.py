@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from zerolayer.collapse.model import decoder_layers, projection, removing
+from zerolayer.collapse.model import decoder_layers, projection, projections, removing
 
 __all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold"]
 
@@ -94,7 +94,7 @@ def activation_threshold(
             x = args[0]
             return (torch.where(x.abs() < t, torch.zeros_like(x), x),)
 
-        handles.append(projection(layers[i], kind).register_forward_pre_hook(pre))
+        handles += [m.register_forward_pre_hook(pre) for m in projections(layers[i], kind)]
     with removing(handles):
         yield
 

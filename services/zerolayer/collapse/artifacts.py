@@ -6,8 +6,8 @@ masked: the dense checkpoint stays where it is; the artifact holds, per layer, t
 pruned: the same cut applied physically: gate_proj/up_proj rows and down_proj columns of removed
   channels are gone, each layer has its own MLP width (config.json "zerolayer.intermediate_sizes").
 Both reproduce the same function; the pruned one loads without the dense checkpoint.
-dynamic: per-token thresholds on the inputs of down_proj and o_proj, with distilled down_proj
-  weights (thresholds.json, down_proj.safetensors).
+dynamic: per-token thresholds on the inputs of down_proj, o_proj, q/k/v and gate/up, with
+  distilled down_proj weights (thresholds.json, down_proj.safetensors).
 sparse24: 2:4 weights stored as their kept halves and positions (sparse24.safetensors).
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,20 +102,36 @@ def load_masked(dense_dir: Path, folder: Path) -> Any:
 
 @dataclass
 class Dynamic:
-    """A dynamic (per-token threshold) artifact: per layer, the |a| threshold on down_proj's input
-    (`mlp`) and on o_proj's input (`attn`), and the down_proj weights distilled with them in place
-    (`down`; none: the dense weights)."""
+    """A dynamic (per-token threshold) artifact: per layer, the |a| threshold on the input of
+    down_proj (`mlp`), o_proj (`attn`), q/k/v (`qkv`) and gate/up (`gate_up`), and the down_proj
+    weights distilled with the MLP thresholds in place (`down`; none: the dense weights)."""
 
     mlp: dict[int, float]
     attn: dict[int, float] = field(default_factory=dict)
     down: dict[int, torch.Tensor] = field(default_factory=dict)
+    qkv: dict[int, float] = field(default_factory=dict)
+    gate_up: dict[int, float] = field(default_factory=dict)
 
-    def cut(self, model: Any) -> AbstractContextManager[None]:
-        """The thresholds applied to a transformers model (its weights are not touched)."""
-        stack = ExitStack()
-        stack.enter_context(activation_threshold(model, self.mlp, "mlp"))
-        stack.enter_context(activation_threshold(model, self.attn, "attn"))
-        return stack
+    def inputs(self) -> dict[str, dict[int, float]]:
+        """The thresholds per projection input (kind as collapse.model.projections names it)."""
+        return {"mlp": self.mlp, "attn": self.attn, "qkv": self.qkv, "gate_up": self.gate_up}
+
+    @contextmanager
+    def cut(self, model: Any) -> Iterator[None]:
+        """The thresholds applied to a transformers model while the body runs (its weights are
+        not touched; nothing happens before the body starts)."""
+        with ExitStack() as stack:
+            for kind, th in self.inputs().items():
+                stack.enter_context(activation_threshold(model, th, kind))
+            yield
+
+
+# thresholds.json keys of the inputs other than down_proj's ("thresholds", the first kind)
+_DYNAMIC_KEYS = {
+    "attn": "attn_thresholds",
+    "qkv": "qkv_thresholds",
+    "gate_up": "gate_up_thresholds",
+}
 
 
 def save_dynamic(folder: Path, art: Dynamic) -> Path:
@@ -124,11 +141,10 @@ def save_dynamic(folder: Path, art: Dynamic) -> Path:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    body = {
-        "kind": "mlp",
-        "thresholds": {str(i): t for i, t in art.mlp.items()},
-        "attn_thresholds": {str(i): t for i, t in art.attn.items()},
-    }
+    inputs = art.inputs()
+    body: dict[str, Any] = {"kind": "mlp", "thresholds": {str(i): t for i, t in art.mlp.items()}}
+    for kind, key in _DYNAMIC_KEYS.items():
+        body[key] = {str(i): t for i, t in inputs[kind].items()}
     (folder / "thresholds.json").write_text(json.dumps(body, indent=1) + "\n")
     tensors = {f"layers.{i}.down_proj": w.contiguous() for i, w in art.down.items()}
     save_file(tensors, str(folder / "down_proj.safetensors"))
@@ -136,7 +152,7 @@ def save_dynamic(folder: Path, art: Dynamic) -> Path:
 
 
 def read_dynamic(folder: Path) -> Dynamic:
-    """A dynamic artifact as written by save_dynamic (one without attn_thresholds: none)."""
+    """A dynamic artifact as written by save_dynamic (keys absent in older ones: none)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -144,14 +160,19 @@ def read_dynamic(folder: Path) -> Dynamic:
     down = {
         int(k.split(".")[1]): w for k, w in load_file(str(folder / "down_proj.safetensors")).items()
     }
+
+    def read(key: str) -> dict[int, float]:
+        return {int(i): float(t) for i, t in body.get(key, {}).items()}
+
     return Dynamic(
-        {int(i): float(t) for i, t in body["thresholds"].items()},
-        {int(i): float(t) for i, t in body.get("attn_thresholds", {}).items()},
+        read("thresholds"),
+        read("attn_thresholds"),
         down,
+        read("qkv_thresholds"),
+        read("gate_up_thresholds"),
     )
 
 
-@torch.no_grad()
 def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, Dynamic]:
     """The dense checkpoint with a dynamic artifact's weights, and the artifact (apply its
     thresholds with `Dynamic.cut`, or an engine's own kernel)."""

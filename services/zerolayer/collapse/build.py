@@ -11,9 +11,9 @@ Layout under <cache>/artifacts/<model>/:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,16 @@ from zerolayer.collapse.artifacts import (
     save_pruned,
     save_sparse24,
 )
-from zerolayer.collapse.calibrate import calibrate, capture_inputs
+from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import Corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
-from zerolayer.collapse.model import decoder_layers, load_model, projection
+from zerolayer.collapse.model import (
+    decoder_layers,
+    load_model,
+    projection,
+    projections,
+    removing,
+)
 from zerolayer.collapse.reconstruct import gram_matrices, repaired_weight, swapped
 from zerolayer.collapse.recover import distill
 from zerolayer.collapse.select import dynamic_thresholds, protected
@@ -78,9 +84,15 @@ class BuildSettings:
     search_tries: int = 6
     static_levels: tuple[float, ...] = (0.15, 0.3, 0.5)
     dynamic_levels: tuple[float, ...] = (0.5, 0.7, 0.85)
-    # shares of o_proj's input tried for the dynamic tier, largest first (0.4 alone measured
-    # +0.2% perplexity on SmolLM2-135M)
-    attn_levels: tuple[float, ...] = (0.6, 0.5, 0.4, 0.3)
+    # After the MLP thresholds, the dynamic tier thresholds the other projections' inputs: per
+    # kind in this order, the largest share (the same in every layer) that keeps the whole cut
+    # in budget. Measured on SmolLM2-135M: o_proj's input at 40% alone +0.2% perplexity; 20% of
+    # gate/up's and of q/k/v's on top of the rest about +0.3% (docs/collapse.md).
+    input_levels: tuple[tuple[str, tuple[float, ...]], ...] = (
+        ("attn", (0.6, 0.5, 0.4, 0.3)),
+        ("gate_up", (0.3, 0.2, 0.1)),
+        ("qkv", (0.3, 0.2, 0.1)),
+    )
     distill_epochs: int = 3
     distill_lr: float = 1e-4
     # With distillation, the cut alone may exceed the budget by this factor on the validation
@@ -371,17 +383,18 @@ class Builder:
         thresholds = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
         if not distilled:
             down = {}  # the dense weights: nothing to store
-        art, attn_share, quality = self._attn_thresholds(Dynamic(thresholds, {}, down), quality)
+        art, shares, quality = self._input_thresholds(Dynamic(thresholds, {}, down), quality)
         folder = save_dynamic(self.out / "dynamic", art)
         val_after = self.validator.evaluate(self._applied(art)).ppl_delta
         sparsity = self._measured_sparsity(art)
+        level: dict[str, Any] = {
+            "per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()}
+        }
+        level.update({f"{kind}_share": share for kind, share in shares.items()})
         extra = {
-            "level": {
-                "per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()},
-                "attn_share": attn_share,
-            },
-            "activation_sparsity": round(sparsity["mlp"], 5),
-            "attn_activation_sparsity": round(sparsity["attn"], 5),
+            "level": level,
+            "activation_sparsity": round(sparsity.pop("mlp"), 5),
+            **{f"{kind}_activation_sparsity": round(v, 5) for kind, v in sparsity.items()},
             "validation_ppl_delta": round(val_after, 5),
             "validation_ppl_delta_thresholds_only": round(choice.val_delta, 5),
             "distill_epochs": self.s.distill_epochs if distilled else 0,
@@ -390,32 +403,71 @@ class Builder:
         return self._card(
             "dynamic",
             "input-dependent masking of the MLP intermediate (per-layer |a| thresholds "
-            "allocated across layers, down_proj distilled with the thresholds in place) and of "
-            "the attention output (one share in every layer, within what the budget leaves)",
+            "allocated across layers, down_proj distilled with the thresholds in place), then "
+            "of the attention output, gate/up's and q/k/v's inputs (one share per kind in every "
+            "layer, within what the budget leaves)",
             quality,
             extra,
             folder,
         )
 
-    def _attn_thresholds(
+    def _input_thresholds(
         self, art: Dynamic, quality: dict[str, float]
-    ) -> tuple[Dynamic, float, dict[str, float]]:
-        """Add thresholds on o_proj's input at the largest of `attn_levels` (the same share in
-        every layer) that keeps the whole cut within budget on the validation windows and then
-        on the evaluation corpus (the artifact, the share and its quality; share 0 and the MLP
-        thresholds' quality when no level fits). o_proj's input tolerates this far better than
-        the other projections' (docs/collapse.md); latency mode skips the o_proj rows it zeroes."""
-        smap, budget = self.silence_map(), self.s.budget("dynamic")
-        for share in sorted(self.s.attn_levels, reverse=True):
-            attn = dynamic_thresholds(smap, {i: share for i in range(self.layers)}, kind="attn")
-            trial = Dynamic(art.mlp, attn, art.down)
-            if self.validator.evaluate(self._applied(trial)).ppl_delta > budget:
-                continue
-            desc = "dynamic + attn on eval"
-            q = self.evaluator.evaluate(self._applied(trial), desc=desc).as_dict()
-            if q["ppl_delta"] <= budget:
-                return trial, share, q
-        return art, 0.0, quality
+    ) -> tuple[Dynamic, dict[str, float], dict[str, float]]:
+        """Thresholds on the inputs of o_proj, gate/up and q/k/v, kind by kind (`input_levels`):
+        the largest share, the same in every layer, that keeps the whole cut within budget on
+        the validation windows and then on the evaluation corpus; each kind's thresholds are
+        measured with the ones chosen before it in place. Returns the artifact, the share per
+        kind (0 where none fits) and the quality of the whole cut. Latency mode skips the weight
+        rows of every input these thresholds zero."""
+        budget = self.s.budget("dynamic")
+        shares: dict[str, float] = {}
+        for kind, levels in self.s.input_levels:
+            shares[kind] = 0.0
+            quantiles = self._input_quantiles(art, kind, sorted(levels, reverse=True))
+            for share, th in quantiles.items():
+                trial = replace(art, **{kind: th})
+                if self.validator.evaluate(self._applied(trial)).ppl_delta > budget:
+                    continue
+                desc = f"dynamic + {kind} on eval"
+                q = self.evaluator.evaluate(self._applied(trial), desc=desc).as_dict()
+                if q["ppl_delta"] <= budget:
+                    art, shares[kind], quality = trial, share, q
+                    break
+        return art, shares, quality
+
+    @torch.no_grad()
+    def _input_quantiles(
+        self, art: Dynamic, kind: str, shares: list[float]
+    ) -> dict[float, dict[int, float]]:
+        """Per share, per layer: the |x| under which that share of the kind's input falls on
+        calibration text with the artifact in place (20,000 values sampled per window and layer,
+        16 windows)."""
+        gen = torch.Generator().manual_seed(self.s.seed)
+        seen: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.layers)}
+        layers = decoder_layers(self.model)
+
+        def sample(i: int) -> Callable[..., None]:
+            def hook(_m: Any, args: tuple[torch.Tensor, ...]) -> None:
+                x = args[0].detach().abs().flatten()
+                pick = torch.randint(x.numel(), (min(20_000, x.numel()),), generator=gen)
+                seen[i].append(x[pick])
+
+            return hook
+
+        with self._applied(art):
+            handles = [
+                projections(layers[i], kind)[0].register_forward_pre_hook(sample(i))
+                for i in range(self.layers)
+            ]
+            with removing(handles):
+                for ids in self.calib_windows[:16]:
+                    self.model(torch.tensor([ids]), use_cache=False)
+        values = {i: torch.cat(v) for i, v in seen.items()}
+        return {
+            share: {i: float(torch.quantile(v, share)) for i, v in values.items()}
+            for share in shares
+        }
 
     def _applied(self, art: Dynamic) -> AbstractContextManager[None]:
         """A dynamic artifact on the loaded model: its down_proj weights and its thresholds."""
@@ -423,19 +475,28 @@ class Builder:
 
     @torch.no_grad()
     def _measured_sparsity(self, art: Dynamic) -> dict[str, float]:
-        """Per kind (mlp, attn), the share of the thresholded projections' inputs that are zero
-        on evaluation text; one pass counts both."""
-        cut = {"mlp": art.mlp, "attn": art.attn}
+        """Per kind (mlp, attn, qkv, gate_up), the share of its input that is zero on evaluation
+        text after the thresholds (0 for a kind without any); one pass counts all."""
+        cut = art.inputs()
         zeros, total = {k: 0 for k in cut}, {k: 0 for k in cut}
+        layers = decoder_layers(self.model)
 
-        def count(i: int, kind: str, x: torch.Tensor) -> None:
-            if i in cut.get(kind, {}):
-                zeros[kind] += int((x == 0).sum())
-                total[kind] += x.numel()
+        def count(i: int, kind: str) -> Callable[..., None]:
+            def hook(_m: Any, args: tuple[torch.Tensor, ...]) -> None:
+                zeros[kind] += int((args[0] == 0).sum())
+                total[kind] += args[0].numel()
 
-        with art.cut(self.model), capture_inputs(self.model, count):
-            for ids in self.eval_windows[:8]:
-                self.model(torch.tensor([ids]), use_cache=False)
+            return hook
+
+        with art.cut(self.model):  # its hooks first: the counts see the thresholded inputs
+            handles = [
+                projections(layers[i], kind)[0].register_forward_pre_hook(count(i, kind))
+                for kind, th in cut.items()
+                for i in th
+            ]
+            with removing(handles):
+                for ids in self.eval_windows[:8]:
+                    self.model(torch.tensor([ids]), use_cache=False)
         return {k: zeros[k] / max(1, total[k]) for k in cut}
 
     def sparse24(self) -> dict[str, Any]:
@@ -519,10 +580,11 @@ class Builder:
         )
 
 
+@contextmanager
 def _both(
     first: AbstractContextManager[None], second: AbstractContextManager[None]
-) -> AbstractContextManager[None]:
-    stack = ExitStack()
-    stack.enter_context(first)
-    stack.enter_context(second)
-    return stack
+) -> Iterator[None]:
+    """Both contexts while the body runs (entered when the body starts, not before: an
+    Evaluator computes its dense reference before it enters the cut it is given)."""
+    with first, second:
+        yield

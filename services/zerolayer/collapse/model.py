@@ -1,4 +1,4 @@
-"""Access to a Llama-style decoder (SmolLM2 and kin) in transformers: load it, and find the two
+"""Access to a Llama-style decoder (SmolLM2 and kin) in transformers: load it, and find the
 projections whose inputs the compiler measures and cuts."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["load_model", "decoder_layers", "projection", "removing"]
+__all__ = ["load_model", "decoder_layers", "projection", "projections", "removing"]
 
 
 def load_model(model_dir: str | Path) -> Any:
@@ -30,6 +30,19 @@ def decoder_layers(model: Any) -> list[Any]:
 def projection(layer: Any, kind: str) -> torch.nn.Linear:
     """down_proj for 'mlp' (its input is the MLP intermediate), o_proj for 'attn'."""
     return layer.mlp.down_proj if kind == "mlp" else layer.self_attn.o_proj
+
+
+def projections(layer: Any, kind: str) -> list[torch.nn.Linear]:
+    """The projections that read one input: 'mlp' (down_proj), 'attn' (o_proj), 'qkv' (q/k/v
+    read the normalised residual stream) and 'gate_up' (gate/up read it after attention)."""
+    if kind == "qkv":
+        a = layer.self_attn
+        return [a.q_proj, a.k_proj, a.v_proj]
+    if kind == "gate_up":
+        return [layer.mlp.gate_proj, layer.mlp.up_proj]
+    if kind in ("mlp", "attn"):
+        return [projection(layer, kind)]
+    raise ValueError(f"unknown projection input {kind!r}")
 
 
 @contextmanager

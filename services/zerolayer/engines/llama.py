@@ -4,9 +4,9 @@ It reads a Hugging Face Llama checkpoint (SmolLM2 and kin), or one with per-laye
 (collapse pruned checkpoints), and applies tier artifacts at load:
   masked    the kept MLP channels only (gate/up rows and down columns of removed ones are dropped,
             so the computed function and cost equal the pruned checkpoint's)
-  dynamic   per-token thresholds on the inputs of down_proj and o_proj, with the distilled
-            down_proj weights; one token's product (latency mode) runs a compiled kernel that
-            reads only the weight rows of the inputs that pass (engines/kernels.py)
+  dynamic   per-token thresholds on the inputs of down_proj, o_proj, q/k/v and gate/up, with the
+            distilled down_proj weights; a single stream's decode step (latency mode) runs
+            compiled and reads only the weight rows of the inputs that pass (engines/kernels.py)
   sparse24  2:4 weights; on an NVIDIA GPU with compute capability >= 8.0 they also run on the
             sparse tensor cores for steps of at least `sparse_min_tokens` tokens
 Layers beyond a device memory budget stay in host memory (pinned when CUDA is there) and are
@@ -296,7 +296,7 @@ class LlamaModel:
         self.report.mlp_widths = list(shape.widths)
         thresholds = thresholds or {}
         sparse_units = sparse_units or set()
-        self.kernel = self._kernel() if thresholds else None
+        self.kernel = self._kernel(bool(thresholds))
         hw = bool(sparse_units) and sparse_hw_available(self.device)
         self.report.sparse24_units = len(sparse_units)
         self.report.sparse24_hardware = hw
@@ -321,13 +321,15 @@ class LlamaModel:
         for i in range(shape.layers):
             q = f"{p}layers.{i}."
 
-            def group(names: list[str], prefix: str, i: int = i, q: str = q) -> list[Proj]:
+            def group(
+                names: list[str], prefix: str, key: str, i: int = i, q: str = q
+            ) -> list[Proj]:
                 ws = [state[f"{q}{prefix}.{n}.weight"].to(dtype) for n in names]
                 if any((i, n) in sparse_units for n in names) and hw:
                     return [self._sparse(w, sparse_min_tokens) for w in ws]
                 w = ws[0] if len(ws) == 1 else torch.cat(ws)
-                t = thresholds.get((i, names[0])) if len(ws) == 1 else None
-                if t is not None and self.kernel is not None:
+                t = thresholds.get((i, key))
+                if self.kernel is not None:
                     return [Proj(w.t().contiguous(), threshold=t, kernel=self.kernel)]
                 return [Proj(w.contiguous(), threshold=t)]
 
@@ -335,10 +337,10 @@ class LlamaModel:
                 Layer(
                     in_norm=state[f"{q}input_layernorm.weight"].to(dtype),
                     post_norm=state[f"{q}post_attention_layernorm.weight"].to(dtype),
-                    qkv=group(["q_proj", "k_proj", "v_proj"], "self_attn"),
-                    o=group(["o_proj"], "self_attn")[0],
-                    gate_up=group(["gate_proj", "up_proj"], "mlp"),
-                    down=group(["down_proj"], "mlp")[0],
+                    qkv=group(["q_proj", "k_proj", "v_proj"], "self_attn", "qkv"),
+                    o=group(["o_proj"], "self_attn", "o_proj")[0],
+                    gate_up=group(["gate_proj", "up_proj"], "mlp", "gate_up"),
+                    down=group(["down_proj"], "mlp", "down_proj")[0],
                     width=shape.widths[i],
                 )
             )
@@ -356,23 +358,49 @@ class LlamaModel:
         self.sin = emb.sin().to(device=self.device, dtype=dtype)
         self.q_size = shape.heads * shape.head_dim
         self.kv_size = shape.kv_heads * shape.head_dim
+        self._layers_c = self._step_layers()
+
+    def _step_layers(self) -> Any:
+        """The layers as the compiled single-stream decode step reads them, or None where that
+        step does not run (no kernel, offloaded layers)."""
+        if self.kernel is None or self.offloaded:
+            return None
+        arr = (kernels.LayerC * self.shape.layers)()
+        for c, layer in zip(arr, self.layers, strict=True):
+            if len(layer.qkv) != 1 or len(layer.gate_up) != 1:
+                return None
+            c.in_norm, c.post_norm = layer.in_norm.data_ptr(), layer.post_norm.data_ptr()
+            c.qkv, c.o = layer.qkv[0].weight.data_ptr(), layer.o.weight.data_ptr()
+            c.gate_up, c.down = layer.gate_up[0].weight.data_ptr(), layer.down.weight.data_ptr()
+            c.t_qkv = layer.qkv[0].threshold or 0.0
+            c.t_o = layer.o.threshold or 0.0
+            c.t_gate_up = layer.gate_up[0].threshold or 0.0
+            c.t_down = layer.down.threshold or 0.0
+            c.width = layer.width
+        return arr
 
     # loading -----------------------------------------------------------------------------------
-    def _kernel(self) -> SparseInputKernel | None:
-        """The latency-mode kernel where it runs (float32 on a CPU, a C compiler present)."""
+    def _kernel(self, thresholds: bool) -> SparseInputKernel | None:
+        """The compiled kernels where they run (float32 on a CPU, a C compiler present): the
+        single-stream decode step, and latency mode's products over the active inputs."""
         if self.device.type != "cpu" or self.dtype != torch.float32:
-            self.report.latency_note = (
-                f"thresholds applied with torch ops on {self.device.type} "
-                f"({self.report.dtype}): every weight row is still read"
-            )
+            if thresholds:
+                self.report.latency_note = (
+                    f"thresholds applied with torch ops on {self.device.type} "
+                    f"({self.report.dtype}): every weight row is still read"
+                )
             return None
         kernel = kernels.load()
         self.report.latency_kernel = kernel is not None
-        self.report.latency_note = (
-            "one token's thresholded products read only the active weight rows (compiled kernel)"
-            if kernel is not None
-            else "no C compiler here: thresholds applied with torch ops, every row read"
-        )
+        if kernel is None:
+            self.report.latency_note = "no C compiler here: torch ops, every weight row read"
+        elif thresholds:
+            self.report.latency_note = (
+                "single-stream decode steps run compiled and read only the weight rows of the "
+                "inputs that pass the thresholds"
+            )
+        else:
+            self.report.latency_note = "single-stream decode steps run compiled"
         return kernel
 
     def _sparse(self, w: torch.Tensor, min_tokens: int) -> Proj:
@@ -496,6 +524,8 @@ class LlamaModel:
         """One token for each of the sequences in slots 0..n-1; logits [n, vocab]."""
         s = self.shape
         n = len(tokens)
+        if n == 1 and self._layers_c is not None:
+            return self._decode_one(tokens[0], positions[0], cache)
         pos = torch.tensor(positions, device=self.device)
         rows = torch.arange(n, device=self.device)
         length = max(positions) + 1
@@ -521,6 +551,19 @@ class LlamaModel:
             x = x + layer.o(a.reshape(n, self.q_size))
             x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps))
         return F.linear(_rms(x, self.norm, s.eps), self.lm_head)
+
+    def _decode_one(self, token: int, pos: int, cache: SlotCache) -> torch.Tensor:
+        """decode() for one sequence (slot 0) as one compiled call through every layer."""
+        s = self.shape
+        arr = self._layers_c
+        for c, k, v in zip(arr, cache.k, cache.v, strict=True):  # the cache may have grown
+            c.k, c.v = k.data_ptr(), v.data_ptr()
+        x = self.embed[token].clone()
+        dims = (s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim)
+        self.kernel.decode_one(
+            arr, dims, cache.capacity, pos, s.eps, self.cos[pos], self.sin[pos], x
+        )
+        return F.linear(_rms(x[None], self.norm, s.eps), self.lm_head)
 
 
 def load_llama(
@@ -558,8 +601,10 @@ def load_llama(
         art = read_dynamic(Path(artifact_dir or ""))
         for i, w in art.down.items():
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
-        thresholds = {(i, "down_proj"): t for i, t in art.mlp.items()}
-        thresholds.update({(i, "o_proj"): t for i, t in art.attn.items()})
+        keys = {"mlp": "down_proj", "attn": "o_proj", "qkv": "qkv", "gate_up": "gate_up"}
+        thresholds = {
+            (i, keys[kind]): t for kind, th in art.inputs().items() for i, t in th.items()
+        }
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(Path(artifact_dir or "")).items():
             part = "mlp" if p in MLP_PROJ else "self_attn"
