@@ -332,3 +332,25 @@ def test_the_compiled_decode_step_matches_the_torch_ops(model_dir: Path, chats: 
     model._layers_c = compiled
     assert fast_tokens == slow_tokens
     assert torch.allclose(fast, slow, atol=1e-3, rtol=0), float((fast - slow).abs().max())
+
+
+def test_streamed_text_is_the_whole_decode(model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+    from zerolayer.engines.torch_engine import _decode_window, _Request
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    for text in (
+        " Hello, world! 世界 🎉 naïve café — ok\n  two  spaces\tand a tab",
+        "🎉🎉🎉",
+        "def f(x):\n    return x ** 2  # ÷ ≤ ∑",
+    ):
+        ids = tok.encode(text, add_special_tokens=False)
+        req = _Request(SamplingSpec("t", [1], len(ids)), asyncio.new_event_loop(), asyncio.Queue())
+        pieces = []
+        for n, t in enumerate(ids, 1):
+            req.output.append(t)
+            piece = _decode_window(tok, req, flush=n == len(ids))
+            assert "\ufffd" not in piece, (text, n)  # half a character is never sent
+            pieces.append(piece)
+        assert "".join(pieces) == tok.decode(ids), text
+        req.loop.close()

@@ -40,6 +40,9 @@ class _Request:
     generator: torch.Generator | None = None
     output: list[int] = field(default_factory=list)
     sent_text: str = ""
+    text: str = ""  # the output's text so far (sent_text, or more when a stop string is pending)
+    prefix_at: int = 0  # incremental detokenizing: output[prefix_at:read_at] is decoded context
+    read_at: int = 0
     position: int = 0  # tokens in the cache
     cancelled: bool = False
     finished: bool = False
@@ -293,6 +296,9 @@ class TorchEngine:
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
         return int(torch.multinomial(probs.cpu(), 1, generator=req.generator))
 
+    def _detokenize(self, req: _Request, flush: bool) -> str:
+        return _decode_window(self.tokenizer, req, flush)
+
     def _emit(self, req: _Request, token: int) -> None:
         if req.cancelled:
             req.finished = True
@@ -304,17 +310,29 @@ class TorchEngine:
             finish = "stop"
         elif len(req.output) >= req.spec.max_tokens or req.position + 1 >= self.max_model_len:
             finish = "length"
-        text = self.tokenizer.decode(req.output, skip_special_tokens=True)
+        req.text += self._detokenize(req, flush=finish is not None)
+        text = req.text
         hit = _first_stop(text, req.spec.stop, len(req.sent_text))
         if hit is not None:
             text, finish = text[:hit], "stop"
-        elif finish is None and text.endswith("\ufffd"):
-            text = req.sent_text  # an incomplete UTF-8 sequence: wait for the next token
         new = text[len(req.sent_text) :]
         req.sent_text = text
         if finish is not None:
             req.finished = True
         req.send(TokenDelta(new, [token], finish))
+
+
+def _decode_window(tokenizer: Any, req: _Request, flush: bool) -> str:
+    """The text the newest tokens add, decoding only a few tokens: the ones since the last piece
+    of text plus the piece before them as context (so a leading space or a character split over
+    tokens comes out as a whole decode would give it). An incomplete UTF-8 character waits for
+    the next token unless `flush`. Linear in the output, not quadratic."""
+    before = tokenizer.decode(req.output[req.prefix_at : req.read_at], skip_special_tokens=True)
+    now = tokenizer.decode(req.output[req.prefix_at :], skip_special_tokens=True)
+    if len(now) <= len(before) or (now.endswith("\ufffd") and not flush):
+        return ""
+    req.prefix_at, req.read_at = req.read_at, len(req.output)
+    return now[len(before) :]
 
 
 def _first_stop(text: str, stops: list[str], sent: int) -> int | None:
