@@ -75,7 +75,10 @@ def main() -> None:
         "dense": (dense, True),
     }
     for folder in folders:
-        runs[f"dynamic {folder}"] = (load_llama(model_dir, "dynamic", folder), True)
+        runs[f"dynamic {folder.parent.name}/{folder.name}"] = (
+            load_llama(model_dir, "dynamic", folder),
+            True,
+        )
     names = list(runs)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, prompt {len(prompt)} "

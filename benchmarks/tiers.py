@@ -4,7 +4,8 @@ tier card's perplexity change.
 
 Every engine runs in its own worker process (started once, so its peak memory is its own); the
 parent drives them in rounds, one engine at a time, interleaved: round r measures every engine
-before round r+1 starts, beginning one engine later than round r-1 did. One warm-up round, then
+before round r+1 starts, in an order of its own (seeded shuffle), each run after --settle idle
+seconds (a vLLM engine keeps its threads spinning for a while after a run). One warm-up round, then
 --repeats measured rounds; ratios are medians of the per-round ratios. Writes
 benchmarks/results/tiers.json.
 
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -245,6 +247,7 @@ def main() -> None:
     )
     ap.add_argument("--repeats", type=int, default=3, help="measured rounds after one warm-up")
     ap.add_argument("--artifacts", type=Path, default=None, help="a model's artifact folder")
+    ap.add_argument("--settle", type=float, default=5.0, help="idle seconds before each run")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--draw-only", action="store_true", help="redraw the picture from --out")
@@ -274,10 +277,17 @@ def main() -> None:
         rows: list[dict[str, Any]] = []
         for rnd in range(args.repeats + 1):
             row: dict[str, Any] = {}
-            # each round starts one worker later, so whatever a worker leaves behind (vLLM's
-            # engine core polls for a while after its run) falls on a different engine each time
-            for w in workers[rnd % len(workers) :] + workers[: rnd % len(workers)]:
-                one, many = w.run(1), w.run(STREAMS)
+            # each round runs the workers in its own order (seeded shuffle), and every run waits
+            # --settle seconds first: vLLM's engine core keeps its threads spinning for a while
+            # after a run, and in a fixed cyclic order the engine after it always paid for that
+            # (it made torch:baseline look 1.2x slower than torch:masked at one stream)
+            order = list(workers)
+            random.Random(rnd).shuffle(order)
+            for w in order:
+                time.sleep(args.settle)
+                one = w.run(1)
+                time.sleep(args.settle)
+                many = w.run(STREAMS)
                 row[w.name] = {
                     "decode_tps_1": one["decode_tps"],
                     "decode_tps_32": many["tps"],
