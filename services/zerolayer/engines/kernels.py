@@ -1,4 +1,5 @@
-"""A compiled kernel for latency mode: y = x @ Wt over only the inputs whose |x| passes a threshold.
+"""Compiled kernels for the torch engine on a CPU: latency mode's sparse-input product, and the
+whole single-stream decode step built on it.
 
 Input-dependent sparsity only pays when the weights of skipped inputs are not read at all. With
 W stored transposed (in x out, each input's weights one contiguous row), the product over the
@@ -7,6 +8,12 @@ x[i] * Wt[i, :] into its own partial sum (whole rows, read front to back), and t
 are added at the end, so the memory read is the active rows and nothing else.
 torch's own ops cannot do this without copying the rows first (index_select, embedding_bag:
 slower than the dense GEMV below ~80% sparsity on 2 CPU cores, benchmarks/latency_kernel.py).
+
+zl_decode_one runs one token of one sequence through every decoder layer in one call (RMSNorm,
+q/k/v, rotary, the cache write, attention, o_proj, gate/up, SiLU product, down_proj, residuals),
+every product through the kernel above with its layer's threshold (0: a dense weight). As torch
+ops the same step is about 1,000 small calls a token, whose dispatch and thread wake-ups cost
+about as much as the weights' reads on these cores.
 
 The C source is compiled at first use with the machine's C compiler (-O3 -march=native, so for
 this CPU; about 0.2 s) into a temporary file and loaded with ctypes. It is linked against the

@@ -101,12 +101,12 @@ class Proj:
     """y = x @ W.T for one (possibly fused) weight.
 
     With an input threshold (latency mode), entries of x with |x| < threshold count as zero. On
-    a CPU in float32 with the compiled kernel (engines/kernels.py) such a weight is kept
-    transposed (in x out) and a single token's product runs the kernel, which reads only the
-    rows of the inputs that pass; batches use the same weight through one matmul over the zeroed
-    input. Other weights keep torch's layout (out x in), with a 2:4 copy on sparse tensor cores
-    used for steps of at least min_tokens tokens, where it pays. (At threshold 0 the kernel read
-    SmolLM2's weights slower than torch's GEMV in a real decode step, so dense weights use that.)"""
+    a CPU in float32 with the compiled kernels (engines/kernels.py) every weight is kept
+    transposed (in x out): the compiled single-stream step reads it in place, skipping the rows
+    of inputs under the threshold (0 for a dense weight), a lone token's product outside that
+    step runs the same kernel, and batches use one matmul over the zeroed input. Elsewhere
+    weights keep torch's layout (out x in), with a 2:4 copy on sparse tensor cores used for
+    steps of at least min_tokens tokens, where it pays."""
 
     def __init__(
         self,
@@ -555,14 +555,13 @@ class LlamaModel:
     def _decode_one(self, token: int, pos: int, cache: SlotCache) -> torch.Tensor:
         """decode() for one sequence (slot 0) as one compiled call through every layer."""
         s = self.shape
-        arr = self._layers_c
+        arr, kernel = self._layers_c, self.kernel
+        assert kernel is not None  # _layers_c exists only with the kernel
         for c, k, v in zip(arr, cache.k, cache.v, strict=True):  # the cache may have grown
             c.k, c.v = k.data_ptr(), v.data_ptr()
         x = self.embed[token].clone()
         dims = (s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim)
-        self.kernel.decode_one(
-            arr, dims, cache.capacity, pos, s.eps, self.cos[pos], self.sin[pos], x
-        )
+        kernel.decode_one(arr, dims, cache.capacity, pos, s.eps, self.cos[pos], self.sin[pos], x)
         return F.linear(_rms(x[None], self.norm, s.eps), self.lm_head)
 
 
