@@ -269,7 +269,7 @@ def test_the_kernel_matches_the_zeroed_dense_product() -> None:
         w = torch.randn(cols, rows, generator=gen)
         x = torch.randn(1, rows, generator=gen)
         for t in (0.0, 0.5, 1.5, 10.0):
-            expected = torch.where(x.abs() < t, 0.0, x) @ w.t()
+            expected = torch.where(x.abs() <= t, 0.0, x) @ w.t()
             got = kernel(w.t().contiguous(), x, t)
             assert torch.allclose(got, expected, atol=1e-4), (rows, cols, t)
     with pytest.raises(ValueError, match="do not fit"):

@@ -85,14 +85,15 @@ def channel_mask(
 def activation_threshold(
     model: Any, thresholds: dict[int, float], kind: str = "mlp"
 ) -> Iterator[None]:
-    """Input-dependent masking: per token, zero the entries with |a| under the layer's threshold."""
+    """Input-dependent masking: per token, zero the entries with |a| at or under the layer's
+    threshold."""
     handles = []
     layers = decoder_layers(model)
     for i, t in thresholds.items():
 
         def pre(_m: Any, args: tuple[torch.Tensor, ...], t: float = t) -> tuple[torch.Tensor]:
             x = args[0]
-            return (torch.where(x.abs() < t, torch.zeros_like(x), x),)
+            return (F.hardshrink(x, t),)  # zero where |x| <= t
 
         handles += [m.register_forward_pre_hook(pre) for m in projections(layers[i], kind)]
     with removing(handles):

@@ -45,7 +45,7 @@ _SOURCE = r"""
 #include <string.h>
 #include <omp.h>
 
-/* out[0:n_out] = sum over i with |x[i]| >= t (and x[i] != 0) of x[i] * wt[i, :]; returns how
+/* out[0:n_out] = sum over i with |x[i]| > t of x[i] * wt[i, :]; returns how
    many i passed. wt is n_in x n_out, row-major. The passing rows are split between the threads,
    so each reads whole rows front to back; four rows per pass over its partial sum; the partial
    sums are added at the end, each thread a slice of the outputs. idx holds n_in ints, part
@@ -55,7 +55,7 @@ static int gemv_t(const float *restrict wt, int n_in, int n_out, const float *re
                   int stride) {
   int na = 0;
   for (int i = 0; i < n_in; i++)
-    if (fabsf(x[i]) >= t && x[i] != 0.0f) idx[na++] = i;
+    if (fabsf(x[i]) > t) idx[na++] = i;
   #pragma omp parallel
   {
     int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -281,7 +281,7 @@ class SparseInputKernel:
         self.total = 0
 
     def __call__(self, wt: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
-        """x [1, in] @ wt [in, out] over the entries of x with |x| >= threshold; [1, out]."""
+        """x [1, in] @ wt [in, out] over the entries of x with |x| > threshold; [1, out]."""
         if x.dtype != torch.float32 or wt.dtype != torch.float32 or x.device.type != "cpu":
             raise ValueError("the sparse-input kernel takes float32 CPU tensors")
         if x.dim() != 2 or x.shape[0] != 1 or wt.dim() != 2 or x.shape[1] != wt.shape[0]:

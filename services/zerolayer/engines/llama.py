@@ -100,7 +100,7 @@ def sparse_hw_available(device: torch.device) -> bool:
 class Proj:
     """y = x @ W.T for one (possibly fused) weight.
 
-    With an input threshold (latency mode), entries of x with |x| < threshold count as zero. On
+    With an input threshold (latency mode), entries of x with |x| <= threshold count as zero. On
     a CPU in float32 with the compiled kernels (engines/kernels.py) every weight is kept
     transposed (in x out): the compiled single-stream step reads it in place, skipping the rows
     of inputs under the threshold (0 for a dense weight), a lone token's product outside that
@@ -126,7 +126,7 @@ class Proj:
         if self.kernel is not None and x.shape[0] == 1:
             return self.kernel.run(self.weight, x.contiguous(), self.threshold or 0.0)
         if self.threshold is not None:
-            x = torch.where(x.abs() < self.threshold, torch.zeros_like(x), x)
+            x = F.hardshrink(x, self.threshold)  # zero where |x| <= threshold, one op
         if self.kernel is not None:  # the weight is stored transposed
             return x @ self.weight
         if self.sparse is not None and x.shape[0] >= self.min_tokens:
