@@ -36,15 +36,13 @@ from zerolayer.collapse.artifacts import (
     save_pruned,
     save_sparse24,
 )
-from zerolayer.collapse.calibrate import calibrate
+from zerolayer.collapse.calibrate import calibrate, capture_inputs
 from zerolayer.collapse.corpus import Corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
 from zerolayer.collapse.model import (
     decoder_layers,
     load_model,
     projection,
-    projections,
-    removing,
 )
 from zerolayer.collapse.reconstruct import gram_matrices, repaired_weight, swapped
 from zerolayer.collapse.recover import distill
@@ -445,24 +443,15 @@ class Builder:
         16 windows)."""
         gen = torch.Generator().manual_seed(self.s.seed)
         seen: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.layers)}
-        layers = decoder_layers(self.model)
 
-        def sample(i: int) -> Callable[..., None]:
-            def hook(_m: Any, args: tuple[torch.Tensor, ...]) -> None:
-                x = args[0].detach().abs().flatten()
-                pick = torch.randint(x.numel(), (min(20_000, x.numel()),), generator=gen)
-                seen[i].append(x[pick])
+        def sample(i: int, _kind: str, x: torch.Tensor) -> None:
+            x = x.abs().flatten()
+            pick = torch.randint(x.numel(), (min(20_000, x.numel()),), generator=gen)
+            seen[i].append(x[pick])
 
-            return hook
-
-        with self._applied(art):
-            handles = [
-                projections(layers[i], kind)[0].register_forward_pre_hook(sample(i))
-                for i in range(self.layers)
-            ]
-            with removing(handles):
-                for ids in self.calib_windows[:16]:
-                    self.model(torch.tensor([ids]), use_cache=False)
+        with self._applied(art), capture_inputs(self.model, sample, [kind]):
+            for ids in self.calib_windows[:16]:
+                self.model(torch.tensor([ids]), use_cache=False)
         values = {i: torch.cat(v) for i, v in seen.items()}
         return {
             share: {i: float(torch.quantile(v, share)) for i, v in values.items()}
@@ -479,24 +468,16 @@ class Builder:
         text after the thresholds (0 for a kind without any); one pass counts all."""
         cut = art.inputs()
         zeros, total = {k: 0 for k in cut}, {k: 0 for k in cut}
-        layers = decoder_layers(self.model)
 
-        def count(i: int, kind: str) -> Callable[..., None]:
-            def hook(_m: Any, args: tuple[torch.Tensor, ...]) -> None:
-                zeros[kind] += int((args[0] == 0).sum())
-                total[kind] += args[0].numel()
+        def count(i: int, kind: str, x: torch.Tensor) -> None:
+            if i in cut[kind]:
+                zeros[kind] += int((x == 0).sum())
+                total[kind] += x.numel()
 
-            return hook
-
-        with art.cut(self.model):  # its hooks first: the counts see the thresholded inputs
-            handles = [
-                projections(layers[i], kind)[0].register_forward_pre_hook(count(i, kind))
-                for kind, th in cut.items()
-                for i in th
-            ]
-            with removing(handles):
-                for ids in self.eval_windows[:8]:
-                    self.model(torch.tensor([ids]), use_cache=False)
+        # the cut's hooks first, so the counts see the thresholded inputs
+        with art.cut(self.model), capture_inputs(self.model, count, cut):
+            for ids in self.eval_windows[:8]:
+                self.model(torch.tensor([ids]), use_cache=False)
         return {k: zeros[k] / max(1, total[k]) for k in cut}
 
     def sparse24(self) -> dict[str, Any]:

@@ -3,14 +3,14 @@ layer's down_proj and o_proj inputs, and accumulate per-channel statistics into 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from zerolayer.collapse.model import decoder_layers, projection, removing
+from zerolayer.collapse.model import decoder_layers, projection, projections, removing
 from zerolayer.collapse.silence_map import BIN_EDGES, KINDS, KindStats, SilenceMap
 
 __all__ = ["calibrate", "capture_inputs"]
@@ -48,16 +48,20 @@ class _Accumulator:
 
 
 @contextmanager
-def capture_inputs(model: Any, fn: Callable[[int, str, torch.Tensor], None]) -> Iterator[None]:
-    """Call fn(layer, kind, input) for every measured projection during forwards."""
+def capture_inputs(
+    model: Any, fn: Callable[[int, str, torch.Tensor], None], kinds: Iterable[str] = KINDS
+) -> Iterator[None]:
+    """Call fn(layer, kind, input) for the input of every layer's projections of these kinds
+    (collapse.model.projections) during forwards. Hooks installed after a cut's see its
+    thresholded inputs."""
     handles = []
     for i, layer in enumerate(decoder_layers(model)):
-        for kind in KINDS:
+        for kind in kinds:
 
             def hook(_m: Any, args: tuple[torch.Tensor, ...], i: int = i, kind: str = kind) -> None:
                 fn(i, kind, args[0].detach())
 
-            handles.append(projection(layer, kind).register_forward_pre_hook(hook))
+            handles.append(projections(layer, kind)[0].register_forward_pre_hook(hook))
     with removing(handles):
         yield
 

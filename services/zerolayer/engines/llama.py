@@ -270,7 +270,11 @@ class LoadReport:
 
 
 class LlamaModel:
-    """Weights on a device (or offloaded), rotary tables, and the two forward passes."""
+    """Weights on a device (or offloaded), rotary tables, and the two forward passes.
+
+    `thresholds` maps (layer, input) to latency mode's |x| threshold on that projection input,
+    named as collapse.model.projections names them: mlp (down_proj's), attn (o_proj's), qkv and
+    gate_up."""
 
     def __init__(
         self,
@@ -338,9 +342,9 @@ class LlamaModel:
                     in_norm=state[f"{q}input_layernorm.weight"].to(dtype),
                     post_norm=state[f"{q}post_attention_layernorm.weight"].to(dtype),
                     qkv=group(["q_proj", "k_proj", "v_proj"], "self_attn", "qkv"),
-                    o=group(["o_proj"], "self_attn", "o_proj")[0],
+                    o=group(["o_proj"], "self_attn", "attn")[0],
                     gate_up=group(["gate_proj", "up_proj"], "mlp", "gate_up"),
-                    down=group(["down_proj"], "mlp", "down_proj")[0],
+                    down=group(["down_proj"], "mlp", "mlp")[0],
                     width=shape.widths[i],
                 )
             )
@@ -600,10 +604,7 @@ def load_llama(
         art = read_dynamic(Path(artifact_dir or ""))
         for i, w in art.down.items():
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
-        keys = {"mlp": "down_proj", "attn": "o_proj", "qkv": "qkv", "gate_up": "gate_up"}
-        thresholds = {
-            (i, keys[kind]): t for kind, th in art.inputs().items() for i, t in th.items()
-        }
+        thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(Path(artifact_dir or "")).items():
             part = "mlp" if p in MLP_PROJ else "self_attn"

@@ -40,7 +40,6 @@ class _Request:
     generator: torch.Generator | None = None
     output: list[int] = field(default_factory=list)
     sent_text: str = ""
-    text: str = ""  # the output's text so far (sent_text, or more when a stop string is pending)
     prefix_at: int = 0  # incremental detokenizing: output[prefix_at:read_at] is decoded context
     read_at: int = 0
     position: int = 0  # tokens in the cache
@@ -296,9 +295,6 @@ class TorchEngine:
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
         return int(torch.multinomial(probs.cpu(), 1, generator=req.generator))
 
-    def _detokenize(self, req: _Request, flush: bool) -> str:
-        return _decode_window(self.tokenizer, req, flush)
-
     def _emit(self, req: _Request, token: int) -> None:
         if req.cancelled:
             req.finished = True
@@ -310,8 +306,7 @@ class TorchEngine:
             finish = "stop"
         elif len(req.output) >= req.spec.max_tokens or req.position + 1 >= self.max_model_len:
             finish = "length"
-        req.text += self._detokenize(req, flush=finish is not None)
-        text = req.text
+        text = req.sent_text + _decode_window(self.tokenizer, req, flush=finish is not None)
         hit = _first_stop(text, req.spec.stop, len(req.sent_text))
         if hit is not None:
             text, finish = text[:hit], "stop"
