@@ -37,6 +37,7 @@ def main() -> None:
     tiers = [t for t in args.tiers.split(",") if t]
     everything = set(tiers) >= {"masked", "pruned", "dynamic", "sparse24"}
 
+    from zerolayer.artifacts import Dynamic
     from zerolayer.collapse.ablate import activation_threshold
     from zerolayer.collapse.build import Builder
     from zerolayer.collapse.commands import build_settings
@@ -45,6 +46,8 @@ def main() -> None:
     from zerolayer.collapse.reconstruct import obs_keep, repaired
     from zerolayer.collapse.select import dynamic_thresholds, protected
     from zerolayer.collapse.sparse24 import MLP_PROJ, input_norms, sparsified
+    from zerolayer.collapse.strategies import build
+    from zerolayer.collapse.strategies.dynamic import measured_sparsity
     from zerolayer.config import load_config
     from zerolayer.models.importer import ensure_model
 
@@ -103,7 +106,7 @@ def main() -> None:
             "dynamic, one quantile per layer",
             f"{share:.0%}",
             q,
-            b._measured_sparsity(th),
+            measured_sparsity(b, Dynamic(th))["mlp"],
             "activations",
             "-",
         )
@@ -113,7 +116,7 @@ def main() -> None:
         q = b.evaluator.evaluate(sparsified(b.model, all_mlp, norms), desc="2:4 all MLP").as_dict()
         row("2:4 on every MLP projection", "100%", q, 1.0, "MLP weights 2:4", "-")
 
-    cards = b.build(tiers)
+    cards = build(b, tiers)
     measure = {
         "masked": ("mlp_flops_removed", "MLP FLOPs"),
         "pruned": ("mlp_flops_removed", "MLP FLOPs"),

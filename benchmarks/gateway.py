@@ -3,8 +3,8 @@
   full: HTTP -> Ray Serve proxy -> gateway (key look-up, plan limits in Redis, admission
         control, tokenfix (in the gateway, as platform/serve/local.yaml has it, or its own
         deployment with --tokenfix-deployment), replica handle call, settlement, metrics) -> replica
-  bare: HTTP -> Ray Serve proxy -> a minimal ingress that makes one handle call to the same
-        replica deployment (which then builds the prompt itself)
+  bare: HTTP -> Ray Serve proxy -> a minimal ingress that templates and tokenizes the prompt and
+        makes one handle call to the same replica deployment
 
 Both answer the same chat request with the same 16 scripted tokens. Rounds alternate bare, full,
 bare, full ... at 1 and at 32 concurrent clients, after one warm-up round each; each round sends
@@ -69,10 +69,12 @@ def fake_config(cfg: Any, tokenfix_in_gateway: bool) -> Any:
     return type(cfg).model_validate(data)
 
 
-def bare_app(target_app: str, deployment: str) -> Any:
-    """An ingress that forwards the chat request to the replica with one handle call."""
+def bare_app(target_app: str, deployment: str, model_dir: str) -> Any:
+    """An ingress that tokenizes the chat request and sends it to the replica with one handle
+    call."""
     from fastapi import FastAPI
     from ray import serve
+    from zerolayer.protocol import SamplingSpec
 
     api = FastAPI()
 
@@ -80,23 +82,22 @@ def bare_app(target_app: str, deployment: str) -> Any:
     @serve.ingress(api)
     class Bare:
         def __init__(self) -> None:
+            from zerolayer.tokenfix.prompt import PromptBuilder
+
             self.replica = serve.get_deployment_handle(deployment, app_name=target_app)
+            self.prompts = PromptBuilder(model_dir)
             self.n = 0
 
         @api.post("/v1/chat/completions")
         async def chat(self, request: Request) -> dict[str, Any]:
             body = await request.json()
             self.n += 1
-            res = await self.replica.complete.remote(
-                {
-                    "request_id": f"bare-{self.n}",
-                    "messages": body["messages"],
-                    "max_tokens": body["max_tokens"],
-                }
-            )
+            ids = self.prompts.chat(body["messages"])
+            spec = SamplingSpec(f"bare-{self.n}", ids, body["max_tokens"])
+            res = await self.replica.complete.remote(spec)
             return {
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": res["text"]}}],
-                "usage": {"completion_tokens": res["completion_tokens"]},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": res.text}}],
+                "usage": {"completion_tokens": res.completion_tokens},
             }
 
     return Bare.bind()
@@ -165,7 +166,11 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         serve.run(
-            bare_app(APP_NAME, deployment_name(cfg.default_model, "baseline")),
+            bare_app(
+                APP_NAME,
+                deployment_name(cfg.default_model, "baseline"),
+                str(cfg.model_dir(cfg.default_model)),
+            ),
             name="bare",
             route_prefix="/bare",
         )

@@ -130,7 +130,7 @@ def mlp_table(quick: bool) -> list[dict[str, Any]]:
 
 def offload_run(quick: bool) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))
-    from zerolayer.engines.llama import LlamaModel, Shape, SlotCache
+    from zerolayer.engines.torch_engine import LlamaModel, Shape, SlotCache
 
     hidden, inter, layers, vocab = 2048, 5632, 8 if quick else 22, 32000
     shape = Shape(hidden, 32, 4, 64, layers, vocab, 1e-5, 10000.0, False, (inter,) * layers)

@@ -5,7 +5,7 @@ over the remaining inputs, as speed relative to the dense GEMV over the zeroed i
 F.linear), median of --repeats interleaved rounds:
   index_select  copy the active rows of W^T, then one GEMV (torch ops)
   embedding_bag torch's weighted sum over the active rows of W^T (torch ops)
-  compiled      zerolayer's kernel (engines/kernels.py): reads the active rows in place
+  compiled      zerolayer's kernel (engines/torch_engine/kernel.c): reads the active rows in place
 Two settings:
   hot   SmolLM2-135M's down_proj (1536 -> 576) alone, called over and over: its 3.5 MB of
         weights stay in the CPU caches
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from zerolayer.engines import kernels
+from zerolayer.engines.torch_engine import kernels
 
 LEVELS = (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 # (inputs, outputs) of SmolLM2-135M's projections: q/k/v fused, o, gate/up fused, down

@@ -27,7 +27,7 @@ PROMPT = "Explain how a hash map works and when to use one."
 
 
 def _tokens_per_s(model: Any, prompt: list[int], tokens: int, compiled: bool) -> float:
-    from zerolayer.engines.llama import SlotCache
+    from zerolayer.engines.torch_engine import SlotCache
 
     saved = model._layers_c
     if not compiled:
@@ -55,7 +55,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
     from zerolayer.config import load_config
-    from zerolayer.engines.llama import load_llama
+    from zerolayer.engines.torch_engine import load_llama
 
     cfg = load_config()
     name = cfg.default_model

@@ -259,15 +259,16 @@ def main() -> None:
         worker(args.worker, args.artifacts)
         return
 
+    from zerolayer.artifacts import is_built
+    from zerolayer.collapse import build_tiers
     from zerolayer.config import load_config
-    from zerolayer.replicas.artifacts import CARD, build_kinds
 
     cfg = load_config()
     model = cfg.default_model
     artifacts = args.artifacts or cfg.artifact_root(model)
     if args.artifacts is None:
         kinds = ["pruned", "sparse24", "dynamic"]
-        build_kinds(cfg, model, [k for k in kinds if not (artifacts / k / CARD).exists()])
+        build_tiers(cfg, model, [k for k in kinds if not is_built(artifacts / k)])
     ppl = _cards(artifacts)
     workers = []
     try:

@@ -1,11 +1,18 @@
 """Shared fixtures: a real redis-server, the imported default model, and (for integration tests)
-the whole platform started once per session."""
+the whole platform started once per session.
+
+Tests never read the developer's own cache or HOME: their platform config and every process they
+start use the test cache (ZEROLAYER_TEST_CACHE, default .test-cache/ in the repository, kept
+between runs so the model is imported once) and a HOME inside it; the developer's ZEROLAYER_*,
+REDIS_URL and RAY_ADDRESS are left out."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +24,50 @@ from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix
 
 # collapse build settings small enough for tests (the real ones take tens of minutes)
-TINY_COLLAPSE = {
+TINY_COLLAPSE: dict[str, Any] = {
     "samples": 3,
     "seq_len": 64,
     "validation_samples": 2,
     "eval_samples": 3,
     "distill_epochs": 1,
+    "search_tries": 2,
+    "static_levels": [0.3],
+    "dynamic_levels": [0.7],
+    "input_levels": {"attn": [0.5], "gate_up": [0.2], "qkv": [0.2]},
 }
 
 
 def _tiny_settings() -> Any:
-    from zerolayer.collapse.build import BuildSettings
+    from zerolayer.config import CollapseConfig
 
-    return BuildSettings(
-        **TINY_COLLAPSE,
-        search_tries=2,
-        static_levels=(0.3,),
-        dynamic_levels=(0.7,),
-        input_levels=(("attn", (0.5,)), ("gate_up", (0.2,)), ("qkv", (0.2,))),
-    )
+    return CollapseConfig(**TINY_COLLAPSE)
+
+
+TEST_CACHE = Path(
+    os.environ.get("ZEROLAYER_TEST_CACHE") or Path(__file__).resolve().parents[1] / ".test-cache"
+)
+_LEFT_OUT = ("ZEROLAYER_", "REDIS_URL", "RAY_ADDRESS", "XDG_CACHE_HOME", "HOME")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment for processes a test starts (and for load_config): this process's,
+    without the developer's zerolayer settings, with the test cache and a HOME inside it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LEFT_OUT)}
+    home = TEST_CACHE / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {**env, "HOME": str(home), "ZEROLAYER_CACHE_DIR": str(TEST_CACHE), **extra}
+
+
+@contextmanager
+def setup_budget(seconds: float) -> Iterator[None]:
+    """A session fixture's own time budget. pytest's per-test timeout covers test bodies only
+    (timeout_func_only), since set-up shared by many tests may take long on a busy machine; past
+    this budget, every thread's stack is printed and the run ends instead of hanging."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def free_port() -> int:
@@ -47,8 +79,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def base_config() -> PlatformConfig:
-    """The repo's platform config with the user's model cache (models are imported once)."""
-    return load_config(env=dict(os.environ))
+    """The repo's platform config over the test cache (models are imported into it once)."""
+    return load_config(env=clean_env())
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +96,8 @@ def model_dir(base_config: PlatformConfig) -> Path:
     """The default model imported into the cache (about 30 s the first time)."""
     from zerolayer.models.importer import ensure_model
 
-    return ensure_model(base_config, base_config.default_model)
+    with setup_budget(1200):
+        return ensure_model(base_config, base_config.default_model)
 
 
 @pytest.fixture(scope="session")
@@ -80,19 +113,21 @@ def tiny_build(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     Returns {"root": artifacts root, "out": the model's folder, "cards", "builder"}."""
     from zerolayer.collapse.build import Builder
     from zerolayer.collapse.corpus import pydoc_corpus
+    from zerolayer.collapse.strategies import build
 
-    root = tmp_path_factory.mktemp("artifacts")
-    out = root / "smollm2-135m"
-    corpora = tmp_path_factory.mktemp("build-corpora")
-    builder = Builder(
-        model_dir,
-        out,
-        pydoc_corpus("calibration", corpora),
-        pydoc_corpus("evaluation", corpora),
-        _tiny_settings(),
-        "smollm2-135m",
-    )
-    cards = builder.build(["pruned", "dynamic", "sparse24"])  # pruned brings masked along
+    with setup_budget(3600):
+        root = tmp_path_factory.mktemp("artifacts")
+        out = root / "smollm2-135m"
+        corpora = tmp_path_factory.mktemp("build-corpora")
+        builder = Builder(
+            model_dir,
+            out,
+            pydoc_corpus("calibration", corpora),
+            pydoc_corpus("evaluation", corpora),
+            _tiny_settings(),
+            "smollm2-135m",
+        )
+        cards = build(builder, ["pruned", "dynamic", "sparse24"])  # pruned brings masked along
     return {"root": root, "out": out, "cards": cards, "builder": builder}
 
 

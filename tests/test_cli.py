@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.store.keys import KeyStore
 
-from tests.conftest import free_port
+from tests.conftest import clean_env, free_port
 
 
 def zerolayer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "zerolayer.cli", *args],
         # The embedded Redis path is under test: a REDIS_URL of the caller's must not interfere.
-        env={**{k: v for k, v in os.environ.items() if k != "REDIS_URL"}, **env},
+        env=clean_env(**env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -67,6 +67,7 @@ def test_models_import_is_a_no_op_once_imported(model_dir: Path) -> None:
     assert "importing" not in run.stderr
 
 
+@pytest.mark.integration  # runs the collapse compiler
 def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> None:
     env = {"ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent)}
     out = tmp_path / "map"

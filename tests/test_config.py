@@ -78,8 +78,8 @@ def test_bad_plans_are_clear_errors(tmp_path: Path, plan: str, message: str) -> 
         load_config(platform_dir=pdir, env={})
 
 
-def test_plans_carry_prices_limits_and_priorities() -> None:
-    cfg = load_config(env={})
+def test_plans_carry_prices_limits_and_priorities(tmp_path: Path) -> None:
+    cfg = load_config(env={"HOME": str(tmp_path)})
     assert set(cfg.plans) == {"free", "pro", "enterprise"}
     pro = cfg.plans["pro"]
     assert pro.prices["baseline"].micros(1000, 1000) == 400_000  # $0.10 + $0.30

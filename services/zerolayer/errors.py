@@ -21,7 +21,6 @@ __all__ = [
     "Overloaded",
     "EngineError",
     "openai_error_body",
-    "raise_if_error",
 ]
 
 
@@ -50,14 +49,15 @@ class APIError(ZerolayerError):
         self.param = param
         if code is not None:
             self.code = code
+        self.request_id: str | None = None  # set by the gateway once the request has one
 
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI clients understand."""
         return openai_error_body(self.message, self.error_type, self.param, self.code)
 
     def headers(self) -> dict[str, str]:
-        """HTTP headers that go with the error (Retry-After on 429 and 503)."""
-        return {}
+        """HTTP headers that go with the error (x-request-id; Retry-After on 429 and 503)."""
+        return {"x-request-id": self.request_id} if self.request_id else {}
 
 
 class InvalidRequest(APIError):
@@ -112,7 +112,7 @@ class RetryLater(APIError):
         self.retry_after = max(1, math.ceil(retry_after))
 
     def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after)}
+        return {**super().headers(), "retry-after": str(self.retry_after)}
 
 
 class RateLimited(RetryLater):
@@ -143,15 +143,3 @@ def openai_error_body(
 ) -> dict[str, Any]:
     """{"error": {...}} as the OpenAI API returns it."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-
-
-def raise_if_error(event: dict[str, Any]) -> None:
-    """Raise the APIError an error event of another hop describes (errors travel as values
-    between deployments: {"event": "error", "status", "body"})."""
-    if event.get("event") != "error":
-        return
-    err = event["body"]["error"]
-    exc = APIError(err["message"], param=err.get("param"), code=err.get("code"))
-    exc.status_code = event["status"]
-    exc.error_type = err["type"]
-    raise exc

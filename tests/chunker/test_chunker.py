@@ -57,7 +57,7 @@ def test_overlap_repeats_the_end_of_each_chunk(chunker: Chunker) -> None:
 
 def test_service_options_and_errors(chunker: Chunker) -> None:
     out = chunker.spans("smollm2-135m", TEXT, chunk_tokens=256)
-    assert all(c["text"] == TEXT[c["start"] : c["end"]] for c in out["chunks"])
+    assert all(c.text == TEXT[c.start : c.end] for c in out.chunks)
     with pytest.raises(InvalidRequest):
         chunker.spans("smollm2-135m", TEXT, chunk_tokens=64, overlap_tokens=64)
-    assert chunker.spans("smollm2-135m", "")["chunks"] == []
+    assert chunker.spans("smollm2-135m", "").chunks == []

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from zerolayer.collapse.ablate import Evaluator, activation_threshold, channel_mask
 from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_masks, protected
 from zerolayer.collapse.silence_map import SilenceMap
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 
 def test_zero_cut_gives_exactly_the_dense_perplexity(

@@ -8,6 +8,8 @@ import pytest
 from zerolayer.collapse.ablate import Evaluation
 from zerolayer.collapse.allocate import Sensitivity, _power_fit, choose, greedy_shares
 
+pytestmark = pytest.mark.integration  # runs the collapse compiler
+
 
 def test_power_fit_recovers_the_curve_and_stays_convex() -> None:
     levels = [0.15, 0.3, 0.5]

@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 import torch
-from zerolayer.collapse.artifacts import load_masked, load_pruned, save_masked, save_pruned
+from zerolayer.artifacts import save_masked, save_pruned
+from zerolayer.collapse.apply import load_masked, load_pruned
 from zerolayer.collapse.reconstruct import gram_matrices, obs_keep, repaired_weight
 from zerolayer.collapse.select import protected
 from zerolayer.collapse.silence_map import SilenceMap
 from zerolayer.collapse.sparse24 import input_norms, is_24, mask_24, sparsified
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,18 @@ from typing import Any
 
 import pytest
 import torch
-from zerolayer.collapse.artifacts import load_dynamic, load_masked, load_pruned, load_sparse24
+from zerolayer.collapse.apply import (
+    dynamic_cut,
+    load_dynamic,
+    load_masked,
+    load_pruned,
+    load_sparse24,
+)
 from zerolayer.collapse.model import load_model
 from zerolayer.collapse.sparse24 import is_24, linear
+from zerolayer.collapse.strategies import build
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 CARD_FIELDS = {"tier", "method", "level", "quality", "bytes_on_disk", "calibration", "eval"}
 
@@ -18,7 +27,7 @@ CARD_FIELDS = {"tier", "method", "level", "quality", "bytes_on_disk", "calibrati
 @pytest.fixture(scope="module")
 def built(tiny_build: dict[str, Any]) -> dict[str, Any]:
     with pytest.raises(ValueError, match="unknown tiers"):
-        tiny_build["builder"].build(["turbo"])
+        build(tiny_build["builder"], ["turbo"])
     return tiny_build
 
 
@@ -85,28 +94,28 @@ def test_dynamic_artifact_reproduces_its_card(built: dict[str, Any], model_dir: 
             assert card[f"{kind}_activation_sparsity"] == pytest.approx(share, abs=0.15), kind
     from zerolayer.collapse.ablate import Evaluator
 
-    again = Evaluator(model, built["builder"].eval_windows).evaluate(art.cut(model))
+    again = Evaluator(model, built["builder"].eval_windows).evaluate(dynamic_cut(model, art))
     assert again.ppl == pytest.approx(card["quality"]["ppl"], rel=1e-3)
 
 
 def test_a_dynamic_cut_changes_the_model_only_inside_its_body(
     built: dict[str, Any], model_dir: Path
 ) -> None:
+    from zerolayer.artifacts import read_dynamic
     from zerolayer.collapse.ablate import Evaluator
-    from zerolayer.collapse.artifacts import read_dynamic
 
     b = built["builder"]
     art = read_dynamic(built["out"] / "dynamic")
     x = torch.tensor([b.eval_windows[0][:64]])
     with torch.no_grad():
         dense = b.model(x, use_cache=False).logits
-        applied = b._applied(art)  # made, not entered: the model is still dense
+        applied = b.applied(art)  # made, not entered: the model is still dense
         assert torch.equal(b.model(x, use_cache=False).logits, dense)
         with applied:
             assert not torch.equal(b.model(x, use_cache=False).logits, dense)
         assert torch.equal(b.model(x, use_cache=False).logits, dense)
     # an evaluator's first call computes the dense reference before entering the cut it gets
     fresh = Evaluator(b.model, b.eval_windows[:2])
-    cut = fresh.evaluate(b._applied(art))
+    cut = fresh.evaluate(b.applied(art))
     assert cut.dense_ppl == pytest.approx(Evaluator(b.model, b.eval_windows[:2]).dense())
     assert cut.kl > 0

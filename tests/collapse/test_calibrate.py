@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import (
@@ -14,6 +15,8 @@ from zerolayer.collapse.corpus import (
     token_windows,
 )
 from zerolayer.collapse.silence_map import SilenceMap
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 
 def test_shapes_follow_the_model(small_map: SilenceMap, dense: Any) -> None:

@@ -11,6 +11,8 @@ from zerolayer.collapse import chat
 from zerolayer.collapse.chat import chat_corpus, chat_prompts, mixed_corpus
 from zerolayer.collapse.corpus import Corpus, token_windows
 
+pytestmark = pytest.mark.integration  # runs the collapse compiler
+
 
 def test_calibration_and_evaluation_prompts_are_disjoint() -> None:
     calib, evaluation = chat_prompts("calibration"), chat_prompts("evaluation")

@@ -11,6 +11,8 @@ import pytest
 from zerolayer.collapse.draw import draw_html, draw_png
 from zerolayer.collapse.silence_map import SilenceMap
 
+pytestmark = pytest.mark.integration  # runs the collapse compiler
+
 
 def test_png_is_written(small_map: SilenceMap, tmp_path: Path) -> None:
     path = draw_png(small_map, tmp_path / "map.png")

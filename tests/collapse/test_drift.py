@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import files_corpus, token_windows
 from zerolayer.collapse.drift import compare, write_report
 from zerolayer.collapse.silence_map import SilenceMap
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 
 def test_same_text_has_no_drift(

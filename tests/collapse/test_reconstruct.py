@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from zerolayer.collapse.ablate import Evaluator, channel_mask
 from zerolayer.collapse.reconstruct import gram_matrices, obs_keep, repaired, repaired_weight
 from zerolayer.collapse.select import protected
 from zerolayer.collapse.silence_map import SilenceMap
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 
 def test_repair_minimises_output_error_on_correlated_inputs() -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from zerolayer.collapse.ablate import Evaluator
 from zerolayer.collapse.reconstruct import gram_matrices, obs_keep, repaired_weight, swapped
 from zerolayer.collapse.recover import distill
 from zerolayer.collapse.select import protected
 from zerolayer.collapse.silence_map import SilenceMap
+
+pytestmark = pytest.mark.integration  # runs the collapse compiler
 
 
 def test_distillation_lowers_kl_and_keeps_the_cut(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from zerolayer.collapse.artifacts import save_masked, save_pruned
+from zerolayer.artifacts import save_masked, save_pruned
 from zerolayer.collapse.model import decoder_layers, load_model
 
 NEW_TOKENS = 24

@@ -9,11 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zerolayer.collapse.artifacts import load_masked, load_pruned
+import pytest
+from zerolayer.collapse.apply import load_masked, load_pruned
 from zerolayer.engines.base import SamplingSpec
 from zerolayer.engines.vllm_engine import VLLMEngine
 
 from tests.engines.conftest import NEW_TOKENS, greedy
+
+pytestmark = pytest.mark.integration  # runs vLLM
 
 
 async def _vllm_tokens(model_dir: Path, prompts: list[list[int]]) -> list[list[int]]:

@@ -4,6 +4,7 @@ Redis: gateway replicas."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,9 +15,11 @@ from fastapi.testclient import TestClient
 from zerolayer.chunker.service import Chunker
 from zerolayer.config import PlanConfig, PlatformConfig
 from zerolayer.engines.fake import FakeEngine
-from zerolayer.gateway.api import GatewayParts, create_app
+from zerolayer.gateway.api import create_app
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.parts import GatewayParts
+from zerolayer.protocol import Target
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.local import LocalBackend
 from zerolayer.store.keys import AsyncKeyStore, KeyStore, hash_key
@@ -51,7 +54,9 @@ class Gateway:
         key_id: str,
         prompts: PromptBuilder,
         app: Any,
+        clock: Callable[[], float],
     ):
+        self.clock = clock  # the limiter's: a fixed second in the middle of a minute
         self.client = client
         self.engine = engine
         self.key = key
@@ -84,8 +89,13 @@ def make_gateway(
     chunker: Chunker,
 ) -> Iterator[GatewayFactory]:
     """make_gateway(plans=..., key_plan=..., engine=..., key=...) -> a started Gateway. Apps made
-    by one call of the fixture share Redis (and, when given, the key)."""
+    by one call of the fixture share Redis (and, when given, the key), and one limiter clock: a
+    fixed time 20 s into the current minute, so no test's requests straddle a minute's edge."""
     stack: list[TestClient] = []
+    frozen = 60 * (time.time() // 60) + 20
+
+    def clock() -> float:
+        return frozen
 
     def make(
         plans: dict[str, PlanConfig] | None = None,
@@ -113,13 +123,13 @@ def make_gateway(
         if key is None:
             secret, record = KeyStore(sync).create(key_plan)
             key = (secret, record.key_id)
+        vocab = len(prompts.tokenizer)
+        baseline = Target("smollm2-135m", "baseline")
         replicas = {
-            "smollm2-135m:baseline": TierReplica(
-                "smollm2-135m:baseline", engine, prompts, 2048, 16
-            ),
+            baseline: TierReplica(str(baseline), engine, vocab, 2048),
             # the tier's short-request group, used when the tier config declares one
-            "smollm2-135m:baseline#short": TierReplica(
-                "smollm2-135m:baseline", short_engine or engine, prompts, 2048, 16
+            baseline.group(short=True): TierReplica(
+                str(baseline), short_engine or engine, vocab, 2048
             ),
         }
         backend = LocalBackend(replicas, tokenfix, chunker)
@@ -135,7 +145,7 @@ def make_gateway(
                 lookup_key=AsyncKeyStore(aclient).lookup,
                 config=cfg,
                 health=health,
-                limiter=Limiter(aclient, cfg.gateway.concurrency_lease_s),
+                limiter=Limiter(aclient, cfg.gateway.concurrency_lease_s, clock=clock),
                 metrics=Metrics(aclient),
                 keys=KeyStore(sync),
             )
@@ -145,7 +155,7 @@ def make_gateway(
         stack.append(client)
         for r in replicas.values():
             client.portal.call(r.start)
-        return Gateway(client, engine, key[0], key[1], prompts, app)
+        return Gateway(client, engine, key[0], key[1], prompts, app, clock)
 
     yield make
     for client in reversed(stack):

@@ -11,7 +11,7 @@ import pytest
 from zerolayer.config import PlanConfig, PlanLimits, PlatformConfig, RedisConfig, TierPrice
 from zerolayer.serve.launcher import Platform
 
-from tests.conftest import free_port
+from tests.conftest import free_port, setup_budget
 
 ADMIN_KEY = "zla-integration-admin"
 TIGHT = PlanConfig(
@@ -49,6 +49,7 @@ def platform(
             "tokenfix": base_config.tokenfix.model_copy(update={"in_gateway": False}),
         }
     )
-    p = Platform(cfg).start()
+    with setup_budget(2400):
+        p = Platform(cfg).start()
     yield p
     p.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -13,6 +12,8 @@ import openai
 import pytest
 from zerolayer.serve.launcher import Platform
 from zerolayer.tokenfix.prompt import PromptBuilder
+
+from tests.conftest import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +161,7 @@ def create_key(p: Platform, plan: str) -> subprocess.CompletedProcess[str]:
     """`zerolayer keys create --plan PLAN` against the platform's Redis."""
     return subprocess.run(
         [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", plan],
-        env={**os.environ, "REDIS_URL": p.cfg.redis.url or ""},
+        env=clean_env(REDIS_URL=p.cfg.redis.url or ""),
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zerolayer.collapse import build_missing, missing_kinds
 from zerolayer.config import PlatformConfig, RedisConfig
 from zerolayer.errors import ArtifactError
-from zerolayer.replicas.artifacts import build_missing, missing_builds, require_artifact, tier_card
+from zerolayer.replicas.artifacts import require_artifact, tier_card
 from zerolayer.serve.launcher import Platform
 
 from tests.conftest import TINY_COLLAPSE, free_port
@@ -37,7 +38,7 @@ def test_missing_artifact_is_named_with_the_command_that_builds_it(
     msg = str(err.value)
     assert str(tmp_path / MODEL / "pruned") in msg
     assert f"zerolayer collapse build --model {MODEL} --tiers pruned" in msg
-    assert missing_builds(cfg, MODEL) == ["pruned", "sparse24"]
+    assert missing_kinds(cfg, MODEL) == ["pruned", "sparse24"]
 
 
 def test_platform_with_a_missing_artifact_fails_at_start_not_at_first_request(
@@ -53,6 +54,7 @@ def test_platform_with_a_missing_artifact_fails_at_start_not_at_first_request(
     assert "redis:" not in said and "ray: starting" not in said  # it stopped before both
 
 
+@pytest.mark.integration  # runs the collapse compiler
 def test_missing_tier_artifacts_are_built_once_then_reused(
     base_config: PlatformConfig, tiny_build: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -60,7 +62,7 @@ def test_missing_tier_artifacts_are_built_once_then_reused(
     shutil.copytree(tiny_build["out"], root / MODEL)
     shutil.rmtree(root / MODEL / "sparse24")
     cfg = _cfg(base_config, root)
-    assert missing_builds(cfg, MODEL) == ["sparse24"]
+    assert missing_kinds(cfg, MODEL) == ["sparse24"]
     assert build_missing(cfg, MODEL) == ["sparse24"]
     card = tier_card(cfg, MODEL, "sparse24")
     assert card["artifact"] == "sparse24" and card["quality"]["ppl_delta"] <= 0.10
@@ -69,6 +71,7 @@ def test_missing_tier_artifacts_are_built_once_then_reused(
     assert (root / MODEL / "sparse24" / "tier_card.json").stat().st_mtime_ns == stamp
 
 
+@pytest.mark.integration  # the compiler's artifacts (tiny_build)
 def test_tier_cards(base_config: PlatformConfig, tiny_build: dict[str, Any]) -> None:
     cfg = _cfg(base_config, tiny_build["root"])
     base = tier_card(cfg, MODEL, "baseline")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerolayer.config import AutoscalingConfig, PlatformConfig, ShortRequests
+from zerolayer.protocol import Target
 from zerolayer.serve.app import build_app
 
 
@@ -23,7 +24,8 @@ def test_default_app_runs_tokenfix_in_the_gateway_and_binds_the_chunker(
     base_config: PlatformConfig,
 ) -> None:
     _, handles, tokenfix, chunker = _gateway_args(base_config)
-    assert sorted(handles) == [f"smollm2-135m:{t}" for t in ("baseline", "masked", "sparse24")]
+    served = [f"smollm2-135m:{t}" for t in ("baseline", "masked", "sparse24")]
+    assert sorted(map(str, handles)) == served
     assert tokenfix is None and base_config.tokenfix.in_gateway
     assert chunker._bound_deployment.name == "chunker"
     cfg = base_config.model_copy(
@@ -39,8 +41,8 @@ def test_a_short_request_group_is_its_own_deployment(base_config: PlatformConfig
         autoscaling_config=AutoscalingConfig(min_replicas=1, max_replicas=3),
     )
     _, handles, _, _ = _gateway_args(with_baseline(base_config, short_requests=short))
-    group = handles["smollm2-135m:baseline#short"]._bound_deployment
-    main = handles["smollm2-135m:baseline"]._bound_deployment
+    group = handles[Target("smollm2-135m", "baseline", short=True)]._bound_deployment
+    main = handles[Target("smollm2-135m", "baseline")]._bound_deployment
     assert group.name == "smollm2-135m--baseline--short" and group.max_ongoing_requests == 8
     assert group._deployment_config.autoscaling_config.max_replicas == 3
     assert (

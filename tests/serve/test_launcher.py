@@ -30,8 +30,9 @@ def test_admin_key_from_the_environment_wins_and_is_never_dumped(
     assert "zla-from-env" not in str(cfg.model_dump())  # deployments get the config dumped
 
 
-def test_admin_key_variable_reaches_the_config() -> None:
+def test_admin_key_variable_reaches_the_config(tmp_path: Path) -> None:
     from zerolayer.config import load_config
 
-    assert load_config(env={"ZEROLAYER_ADMIN_KEY": "zla-env"}).admin_key == "zla-env"
-    assert load_config(env={}).admin_key is None
+    home = str(tmp_path)
+    assert load_config(env={"HOME": home, "ZEROLAYER_ADMIN_KEY": "zla-env"}).admin_key == "zla-env"
+    assert load_config(env={"HOME": home}).admin_key is None

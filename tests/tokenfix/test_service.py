@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from zerolayer.errors import InvalidRequest
+from zerolayer.protocol import Failed, PromptInput
 from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix, clean_text
 
@@ -30,16 +31,16 @@ def test_cleaned_prompt_has_the_tokens_of_the_clean_text(
 ) -> None:
     dirty = [{"role": "user", "content": "Cafe\u0301\x00 in Pa\x1bris?"}]
     clean = [{"role": "user", "content": "Café in Paris?"}]
-    assert tokenfix.token_ids("smollm2-135m", {"messages": dirty}) == prompts.chat(clean)
-    ids = tokenfix.token_ids("smollm2-135m", {"prompt": "x\u0301y\x00"})
+    assert tokenfix.token_ids("smollm2-135m", PromptInput(messages=dirty)) == prompts.chat(clean)
+    ids = tokenfix.token_ids("smollm2-135m", PromptInput(prompt="x\u0301y\x00"))
     assert ids == prompts.completion(clean_text("x\u0301y"))
 
 
-def test_errors_are_events(tokenfix: Tokenfix) -> None:
-    ev = asyncio.run(tokenfix.prepare("smollm2-135m", {"prompt": "\x00\x01"}))
-    assert ev["event"] == "error" and ev["status"] == 400
-    assert "empty" in ev["body"]["error"]["message"]
-    ev = asyncio.run(tokenfix.prepare("smollm2-135m", {"prompt": [10**9]}))
-    assert ev["event"] == "error" and "out of range" in ev["body"]["error"]["message"]
+def test_errors_are_values(tokenfix: Tokenfix) -> None:
+    ev = asyncio.run(tokenfix.prepare("smollm2-135m", PromptInput(prompt="\x00\x01")))
+    assert isinstance(ev, Failed) and ev.error.status == 400
+    assert "empty" in ev.error.message
+    ev = asyncio.run(tokenfix.prepare("smollm2-135m", PromptInput(prompt=[10**9])))
+    assert isinstance(ev, Failed) and "out of range" in ev.error.message
     with pytest.raises(InvalidRequest):
-        tokenfix.token_ids("smollm2-135m", {"prompt": ""})
+        tokenfix.token_ids("smollm2-135m", PromptInput(prompt=""))

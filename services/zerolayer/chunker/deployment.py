@@ -8,6 +8,7 @@ from ray import serve
 
 from zerolayer.chunker.service import Chunker
 from zerolayer.config import PlatformConfig
+from zerolayer.protocol import ChunkOptions, Chunks, Failed
 
 __all__ = ["ChunkerDeployment", "chunker_deployment"]
 
@@ -19,9 +20,9 @@ class ChunkerDeployment:
         cfg = PlatformConfig.model_validate(config)
         self.chunker = Chunker({m: cfg.model_dir(m) for m in cfg.models}, cfg.chunker)
 
-    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
-        """Complete chunks of `text` and where its unconsumed rest starts, or an error event."""
-        return await self.chunker.chunk(model, text, **options)
+    async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
+        """Complete chunks of `text` and where its unconsumed rest starts, or the error."""
+        return await self.chunker.chunk(model, text, options)
 
 
 def chunker_deployment(cfg: PlatformConfig) -> Any:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from zerolayer.chunker.core import cut
 from zerolayer.config import ChunkerConfig
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
+from zerolayer.protocol import Chunk, ChunkOptions, Chunks, Failed
 
 __all__ = ["Chunker"]
 
@@ -28,9 +28,9 @@ class Chunker:
         final: bool = True,
         chunk_tokens: int | None = None,
         overlap_tokens: int | None = None,
-    ) -> dict[str, Any]:
-        """{"event": "chunks", "chunks": [{"text", "start", "end", "tokens"}], "rest": offset};
-        raises InvalidRequest or PayloadTooLarge."""
+    ) -> Chunks:
+        """The complete chunks of text and where its unconsumed rest starts; raises
+        InvalidRequest or PayloadTooLarge."""
         n = chunk_tokens or self.settings.chunk_tokens
         overlap = self.settings.overlap_tokens if overlap_tokens is None else overlap_tokens
         if overlap >= n:
@@ -44,15 +44,14 @@ class Chunker:
                 f"the input makes {len(spans)} chunks of {n} tokens; at most "
                 f"{self.settings.max_chunks} are served per request"
             )
-        chunks = [
-            {"text": text[s.start : s.end], "start": s.start, "end": s.end, "tokens": s.tokens}
-            for s in spans
-        ]
-        return {"event": "chunks", "chunks": chunks, "rest": rest}
+        chunks = [Chunk(text[s.start : s.end], s.start, s.end, s.tokens) for s in spans]
+        return Chunks(chunks, rest)
 
-    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
-        """spans() as an event; errors as error events (this is a deployment method)."""
+    async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
+        """spans() with the error as a value (this is a deployment method)."""
         try:
-            return self.spans(model, text, **options)
+            return self.spans(
+                model, text, options.final, options.chunk_tokens, options.overlap_tokens
+            )
         except APIError as exc:
-            return {"event": "error", "status": exc.status_code, "body": exc.body()}
+            return Failed.of(exc)

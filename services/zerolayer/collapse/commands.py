@@ -1,4 +1,5 @@
-"""`zerolayer collapse ...`: calibrate, map, ablate."""
+"""`zerolayer collapse ...`: calibrate, map, ablate, build, drift. Flags left unset take the
+model's collapse settings (models.yaml `collapse:`), so the CLI holds no defaults of its own."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zerolayer.config import PlatformConfig
+from zerolayer.config import CollapseConfig, PlatformConfig
 
-__all__ = ["add_parser", "artifacts_dir", "layer_sensitivity"]
+__all__ = ["add_parser", "artifacts_dir", "build_settings", "layer_sensitivity"]
 
 
 def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
@@ -43,13 +44,14 @@ def _cmd_calibrate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     from zerolayer.collapse.calibrate import calibrate
     from zerolayer.collapse.corpus import token_windows
 
+    s = _settings(args, cfg)
     model, tok, _ = _load(cfg, args.model)
     corpus = _corpus(args, "calibration", cfg)
-    windows = token_windows(tok, corpus, args.samples, args.seq_len, seed=args.seed)
-    if len(windows) < args.samples:
-        print(f"note: the corpus holds only {len(windows)} windows of {args.seq_len} tokens")
-    meta = {"model": args.model, "corpus": corpus.describe(), "seed": args.seed}
-    smap = calibrate(model, windows, quantile=args.quantile, meta=meta)
+    windows = token_windows(tok, corpus, s.samples, s.seq_len, seed=s.seed)
+    if len(windows) < s.samples:
+        print(f"note: the corpus holds only {len(windows)} windows of {s.seq_len} tokens")
+    meta = {"model": args.model, "corpus": corpus.describe(), "seed": s.seed}
+    smap = calibrate(model, windows, quantile=s.quantile, meta=meta)
     out = smap.save(Path(args.out or artifacts_dir(cfg, args.model) / "silence_map"))
     print(f"silence map: {out}")
     return 0
@@ -59,6 +61,7 @@ def _cmd_map(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     from zerolayer.collapse.draw import draw_html, draw_png
     from zerolayer.collapse.silence_map import SilenceMap
 
+    args.model = args.model or cfg.default_model
     folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
     smap = SilenceMap.load(folder)
     out = Path(args.out or folder)
@@ -96,11 +99,12 @@ def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_masks, protected
     from zerolayer.collapse.silence_map import SilenceMap
 
+    s = _settings(args, cfg)
     folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
     smap = SilenceMap.load(folder)
     model, tok, _ = _load(cfg, args.model)
     windows = token_windows(
-        tok, _corpus(args, "evaluation", cfg), args.eval_samples, args.seq_len, seed=args.seed
+        tok, _corpus(args, "evaluation", cfg), s.eval_samples, s.seq_len, seed=s.seed
     )
     evaluator = Evaluator(model, windows, progress=True)
     layers = range(smap.layers)
@@ -128,37 +132,30 @@ def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     return 0
 
 
-def build_settings(cfg: PlatformConfig, model: str, **overrides: Any) -> Any:
-    """BuildSettings from the model's collapse config, with CLI overrides."""
-    from zerolayer.collapse.build import BuildSettings
+def build_settings(cfg: PlatformConfig, model: str, **overrides: Any) -> CollapseConfig:
+    """The model's collapse settings with CLI overrides (None: not given), validated."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return CollapseConfig.model_validate({**cfg.models[model].collapse.model_dump(), **given})
 
-    c = cfg.models[model].collapse
-    values = {
-        "samples": c.samples,
-        "seq_len": c.seq_len,
-        "validation_samples": c.validation_samples,
-        "eval_samples": c.eval_samples,
-        "seed": c.seed,
-        "quantile": c.quantile,
-        "dense_layers": c.dense_layers,
-        "distill_epochs": c.distill_epochs,
-        "budgets": tuple(sorted(c.budgets.items())),
-    }
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return BuildSettings(**values)
+
+def _settings(args: argparse.Namespace, cfg: PlatformConfig) -> CollapseConfig:
+    """build_settings from the flags this subcommand has, and the model it names."""
+    if args.model is None:
+        args.model = cfg.default_model
+    names = ("samples", "eval_samples", "seq_len", "seed", "quantile")
+    return build_settings(cfg, args.model, **{n: getattr(args, n, None) for n in names})
 
 
 def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
-    from zerolayer.collapse.build import TIERS, Builder
+    from zerolayer.collapse.build import Builder
+    from zerolayer.collapse.strategies import TIERS, build
     from zerolayer.models.importer import ensure_model
 
     tiers = [t for t in args.tiers.split(",") if t]
     unknown = set(tiers) - set(TIERS)
     if unknown:
         raise SystemExit(f"unknown tiers {sorted(unknown)}; known: {', '.join(TIERS)}")
-    settings = build_settings(
-        cfg, args.model, samples=args.samples, eval_samples=args.eval_samples, seq_len=args.seq_len
-    )
+    settings = _settings(args, cfg)
     out = Path(args.out or artifacts_dir(cfg, args.model))
     builder = Builder(
         ensure_model(cfg, args.model),
@@ -168,7 +165,7 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         settings,
         args.model,
     )
-    cards = builder.build(tiers)
+    cards = build(builder, tiers)
     for tier, card in cards.items():
         print(
             f"{tier:9s} ppl {card['quality']['ppl_delta']:+.2%}  kl {card['quality']['kl']:.4f}  "
@@ -183,16 +180,18 @@ def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     from zerolayer.collapse.drift import compare, write_report
     from zerolayer.collapse.silence_map import SilenceMap
 
+    s = _settings(args, cfg)
     folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
     stored = SilenceMap.load(folder)
     model, tok, _ = _load(cfg, args.model)
     corpus = _corpus(args, "calibration", cfg)
-    windows = token_windows(tok, corpus, args.samples, args.seq_len, seed=args.seed)
+    samples = args.samples or s.eval_samples
+    windows = token_windows(tok, corpus, samples, s.seq_len, seed=s.seed)
     new = calibrate(
         model,
         windows,
-        quantile=stored.meta.get("quantile", 0.1),
-        meta={"model": args.model, "corpus": corpus.describe(), "seed": args.seed},
+        quantile=stored.meta.get("quantile", s.quantile),
+        meta={"model": args.model, "corpus": corpus.describe(), "seed": s.seed},
     )
     js, png = write_report(compare(stored, new), Path(args.out or folder.parent / "drift"))
     print(f"{js}\n{png}")
@@ -207,16 +206,16 @@ def add_parser(sub: Any, with_config: Any) -> None:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--model", default="smollm2-135m", help="model name from platform/models.yaml"
+            "--model", default=None, help="model name from platform/models.yaml (its default)"
         )
-        p.add_argument("--seq-len", type=int, default=256, help="tokens per sample")
-        p.add_argument("--seed", type=int, default=0, help="seed of the window choice")
+        p.add_argument("--seq-len", type=int, default=None, help="tokens per sample")
+        p.add_argument("--seed", type=int, default=None, help="seed of the window choice")
 
     cal = col.add_parser("calibrate", help="measure activations into a silence map")
     common(cal)
-    cal.add_argument("--samples", type=int, default=100, help="calibration samples")
+    cal.add_argument("--samples", type=int, default=None, help="calibration samples")
     cal.add_argument(
-        "--quantile", type=float, default=0.1, help="per-layer threshold quantile of |a|"
+        "--quantile", type=float, default=None, help="per-layer threshold quantile of |a|"
     )
     cal.add_argument(
         "--corpus", nargs="*", default=None, help="your own text files instead of the default"
@@ -227,7 +226,7 @@ def add_parser(sub: Any, with_config: Any) -> None:
     cal.set_defaults(func=with_config(_cmd_calibrate))
 
     mp = col.add_parser("map", help="draw a silence map: PNG heatmap and interactive HTML")
-    mp.add_argument("--model", default="smollm2-135m")
+    mp.add_argument("--model", default=None, help="model name (default: the default model)")
     mp.add_argument("--map", default=None, help="silence map folder")
     mp.add_argument(
         "--quantile", type=float, default=None, help="threshold quantile (default: the map's)"
@@ -256,13 +255,13 @@ def add_parser(sub: Any, with_config: Any) -> None:
     ab.add_argument(
         "--sensitivity", action="store_true", help="also cut one layer at a time (static)"
     )
-    ab.add_argument("--eval-samples", type=int, default=32, help="evaluation windows")
+    ab.add_argument("--eval-samples", type=int, default=None, help="evaluation windows")
     ab.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text files")
     ab.add_argument("--out", default=None, help="also write the JSON report here")
     ab.set_defaults(func=with_config(_cmd_ablate), corpus=None)
 
     bd = col.add_parser("build", help="build tier artifacts within their budgets, with tier cards")
-    bd.add_argument("--model", default="smollm2-135m")
+    bd.add_argument("--model", default=None, help="model name (default: the default model)")
     bd.add_argument("--tiers", default="masked,pruned,dynamic,sparse24", help="comma-separated")
     bd.add_argument("--samples", type=int, default=None, help="calibration samples (models.yaml)")
     bd.add_argument("--eval-samples", type=int, default=None, help="evaluation samples")
@@ -275,7 +274,9 @@ def add_parser(sub: Any, with_config: Any) -> None:
     dr = col.add_parser("drift", help="calibrate on new text and compare with a stored map")
     common(dr)
     dr.add_argument("--map", default=None, help="stored silence map folder")
-    dr.add_argument("--samples", type=int, default=32, help="samples of the new text")
+    dr.add_argument(
+        "--samples", type=int, default=None, help="samples of the new text (eval_samples)"
+    )
     dr.add_argument("--corpus", nargs="*", default=None, help="the new text (e.g. live prompts)")
     dr.add_argument("--out", default=None, help="output folder (default <artifacts>/drift)")
     dr.set_defaults(func=with_config(_cmd_drift))

@@ -12,12 +12,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from zerolayer.artifacts import ATTN_PROJ, MLP_PROJ
 from zerolayer.collapse.model import decoder_layers, removing
 
 __all__ = ["MLP_PROJ", "ATTN_PROJ", "linear", "input_norms", "mask_24", "is_24", "sparsified"]
-
-MLP_PROJ = ("gate_proj", "up_proj", "down_proj")
-ATTN_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def linear(layer: Any, name: str) -> torch.nn.Linear:

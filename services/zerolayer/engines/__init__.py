@@ -9,19 +9,28 @@ from zerolayer.engines.base import Engine, SamplingSpec, TokenDelta
 from zerolayer.engines.fake import FakeEngine
 
 if TYPE_CHECKING:
-    from zerolayer.config import TierConfig
+    from zerolayer.config import KernelConfig, TierConfig
 
 __all__ = ["Engine", "SamplingSpec", "TokenDelta", "FakeEngine", "build_engine"]
 
 
 def build_engine(
-    model_dir: str, tier: TierConfig, max_model_len: int, artifact_dir: str | None = None
+    model_dir: str,
+    tier: TierConfig,
+    max_model_len: int,
+    artifact_dir: str | None = None,
+    kernels: KernelConfig | None = None,
 ) -> Engine:
-    """The engine a tier's config names, loading the tier's artifact from artifact_dir."""
+    """The engine a tier's config names, loading the tier's artifact from artifact_dir (the
+    torch engine builds its CPU kernels as `kernels` says)."""
     if tier.engine == "fake":
         return FakeEngine(tier.fake_script)
     if tier.engine == "torch":
-        from zerolayer.engines.torch_engine import TorchEngine
+        from zerolayer.engines.torch_engine import Compiler, TorchEngine
+
+        compiler = None
+        if kernels is not None:
+            compiler = Compiler(kernels.cc, tuple(kernels.cflags), kernels.enabled)
 
         return TorchEngine(
             model_dir,
@@ -35,6 +44,7 @@ def build_engine(
             threads=tier.threads,
             device_budget_gib=tier.device_budget_gib,
             sparse_min_tokens=tier.sparse_min_tokens,
+            compiler=compiler,
         )
     from zerolayer.engines.vllm_engine import VLLMEngine
 

@@ -1,25 +1,15 @@
-"""The one async engine protocol every engine implements. Routing and metering only see this."""
+"""The one async engine protocol every engine implements. Routing and metering only see this.
+An engine runs the prepared request (SamplingSpec, zerolayer.protocol) as it is."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from zerolayer.protocol import SamplingSpec
+
 __all__ = ["SamplingSpec", "TokenDelta", "Engine"]
-
-
-@dataclass(frozen=True)
-class SamplingSpec:
-    """What to generate for one request, engine-neutral."""
-
-    request_id: str
-    prompt_token_ids: list[int]
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

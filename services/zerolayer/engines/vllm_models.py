@@ -2,7 +2,7 @@
 
 ZerolayerLlamaForCausalLM is vLLM's Llama with one change: each decoder layer builds its MLP with
 its own intermediate width, read from the checkpoint's config.json (`zerolayer.intermediate_sizes`,
-written by collapse.artifacts.save_pruned). The pruned checkpoint's weights then load as they are,
+written by zerolayer.artifacts.save_pruned). The pruned checkpoint's weights then load as they are,
 and the engine computes only the kept channels.
 """
 

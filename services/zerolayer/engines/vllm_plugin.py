@@ -6,9 +6,9 @@ when such a checkpoint is loaded."""
 
 from __future__ import annotations
 
-__all__ = ["ARCHITECTURE", "register"]
+from zerolayer.artifacts.names import ARCHITECTURE
 
-ARCHITECTURE = "ZerolayerLlamaForCausalLM"
+__all__ = ["ARCHITECTURE", "register"]
 
 
 def register() -> None:

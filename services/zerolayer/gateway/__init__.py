@@ -2,10 +2,11 @@
 routing to tier replicas."""
 
 from zerolayer.gateway.admission import Admission
-from zerolayer.gateway.api import Backend, GatewayParts, create_app
-from zerolayer.gateway.catalog import Catalog, tier_key
+from zerolayer.gateway.api import create_app
+from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.limits import Limiter, Reservation
 from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.parts import Backend, GatewayParts
 
 __all__ = [
     "Admission",
@@ -13,7 +14,6 @@ __all__ = [
     "GatewayParts",
     "create_app",
     "Catalog",
-    "tier_key",
     "Limiter",
     "Reservation",
     "Metrics",

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, PermissionDenied
+from zerolayer.gateway.http import read_json
 from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 from zerolayer.store.keys import KeyStore, UnknownKey, hash_key
-
-if TYPE_CHECKING:
-    from zerolayer.gateway.api import GatewayParts
 
 __all__ = ["admin_router"]
 
@@ -31,8 +30,6 @@ class KeyNotFound(APIError):
 
 def admin_router(parts: GatewayParts) -> APIRouter:
     """Routes of the admin API."""
-    from zerolayer.gateway.api import read_json
-
     router = APIRouter(prefix="/admin")
     cfg = parts.config
     max_bytes = cfg.gateway.max_body_bytes

@@ -6,13 +6,9 @@ from typing import Any
 
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ModelNotFound, PermissionDenied
+from zerolayer.protocol import Target
 
-__all__ = ["Catalog", "tier_key"]
-
-
-def tier_key(model: str, tier: str) -> str:
-    """The canonical id of a served tier."""
-    return f"{model}:{tier}"
+__all__ = ["Catalog"]
 
 
 class Catalog:
@@ -21,12 +17,13 @@ class Catalog:
     def __init__(self, config: PlatformConfig):
         self.config = config
 
-    def served(self) -> list[str]:
-        """Every served '<model>:<tier>' id."""
-        return [tier_key(m, t) for m, mc in self.config.models.items() for t in mc.tiers]
+    def served(self) -> list[Target]:
+        """Every served tier."""
+        return [Target(m, t) for m, mc in self.config.models.items() for t in mc.tiers]
 
-    def resolve(self, model_id: str, plan: str) -> str:
-        """The '<model>:<tier>' a request may use; 404 if not served, 403 if not in the plan."""
+    def resolve(self, model_id: str, plan: str) -> Target:
+        """The tier a request's model id names for a plan; 404 if not served, 403 if not in
+        the plan."""
         name, _, tier = model_id.partition(":")
         model = self.config.models.get(name)
         plan_cfg = self.config.plans.get(plan)
@@ -43,14 +40,14 @@ class Catalog:
                 f"tier {tier!r} is not part of plan {plan!r} (tiers: {', '.join(plan_cfg.tiers)})",
                 param="model",
             )
-        return tier_key(name, tier)
+        return Target(name, tier)
 
     def list_ids(self) -> list[str]:
         """Bare model ids and '<model>:<tier>' ids, as /v1/models lists them."""
-        return [*self.config.models, *self.served()]
+        return [*self.config.models, *map(str, self.served())]
 
     def cards(
-        self, created: int, tier_cards: dict[str, dict[str, Any]] | None = None
+        self, created: int, tier_cards: dict[Target, dict[str, Any]] | None = None
     ) -> list[dict[str, Any]]:
         """OpenAI model objects for /v1/models; each tier with its tier card when known."""
         tier_cards = tier_cards or {}
@@ -69,7 +66,7 @@ class Catalog:
             for tier, tc in model.tiers.items():
                 out.append(
                     {
-                        "id": tier_key(name, tier),
+                        "id": str(Target(name, tier)),
                         "object": "model",
                         "created": created,
                         "owned_by": "zerolayer",
@@ -78,7 +75,7 @@ class Catalog:
                         "engine": tc.engine,
                         "artifact": tc.artifact,
                         "max_model_len": model.max_model_len,
-                        "tier_card": tier_cards.get(tier_key(name, tier)),
+                        "tier_card": tier_cards.get(Target(name, tier)),
                     }
                 )
         return out

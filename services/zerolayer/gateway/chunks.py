@@ -13,39 +13,40 @@ import codecs
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge, raise_if_error
+from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
 from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.flow import Flow
+from zerolayer.gateway.http import authorise, read_json
 from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
-
-if TYPE_CHECKING:
-    from zerolayer.gateway.api import GatewayParts
-    from zerolayer.gateway.flow import Flow
+from zerolayer.protocol import Chunk, ChunkOptions
 
 __all__ = ["chunks_router"]
 
 _FEED_CHARS = 4096  # ask the chunker again once this much new text is buffered
 
 
-def _chunk_object(index: int, input_index: int, base: int, c: dict[str, Any]) -> dict[str, Any]:
+def _chunk_object(index: int, input_index: int, base: int, c: Chunk) -> dict[str, Any]:
     return {
         "object": "chunk",
         "index": index,
         "input_index": input_index,
-        "text": c["text"],
-        "tokens": c["tokens"],
-        "start_char": base + c["start"],
-        "end_char": base + c["end"],
+        "text": c.text,
+        "tokens": c.tokens,
+        "start_char": base + c.start,
+        "end_char": base + c.end,
     }
 
 
 def _query_options(request: Request) -> tuple[str, dict[str, int]]:
+    """The model and chunk options of a text/plain body, from the query string."""
     q = request.query_params
     model = q.get("model")
     if not model:
@@ -80,8 +81,6 @@ class _DuplexResponse(StreamingResponse):
 
 def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRouter:
     """The /v1/chunks route."""
-    from zerolayer.gateway.api import authorise, read_json
-
     router = APIRouter()
     cfg = parts.config
 
@@ -89,7 +88,7 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         record = await authorise(request, parts.lookup_key)
         target = catalog.resolve(model_id, record.plan)
         # chunking is free, but it counts as a request and holds a concurrency slot
-        return target.partition(":")[0], await flow.limit(record, request_id(), 0, 0)
+        return target.model, await flow.limit(record, request_id(), 0, 0)
 
     @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
     async def chunks(request: Request) -> Response:
@@ -104,11 +103,10 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         model, reservation = await admitted(request, body.model)
         try:
             data: list[dict[str, Any]] = []
-            options = {"chunk_tokens": body.chunk_tokens, "overlap_tokens": body.overlap_tokens}
+            options = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
             for j, text in enumerate(body.texts()):
-                ev = await parts.backend.chunk(model, text, final=True, **options)
-                raise_if_error(ev)
-                for c in ev["chunks"]:
+                ev = await chunked(parts.backend, model, text, options)
+                for c in ev.chunks:
                     data.append(_chunk_object(len(data), j, 0, c))
                 if len(data) > cfg.chunker.max_chunks:
                     raise PayloadTooLarge(
@@ -146,13 +144,13 @@ async def _streamed(
     buffer, base, fed, index, total = "", 0, 0, 0, 0
     limit = parts.config.chunker.max_chunks
 
-    def lines(chunks: list[dict[str, Any]]) -> list[bytes]:
+    def lines(chunks: list[Chunk]) -> list[bytes]:
         nonlocal index, total
         out = []
         for c in chunks:
             out.append(json.dumps(_chunk_object(index, 0, base, c)).encode() + b"\n")
             index += 1
-            total += c["tokens"]
+            total += c.tokens
         if index > limit:
             raise PayloadTooLarge(f"the input makes more than {limit} chunks")
         return out
@@ -162,17 +160,15 @@ async def _streamed(
             buffer += decoder.decode(piece)
             if len(buffer) - fed < _FEED_CHARS:
                 continue
-            ev = await parts.backend.chunk(model, buffer, final=False, **options)
-            raise_if_error(ev)
-            for line in lines(ev["chunks"]):
+            ev = await chunked(parts.backend, model, buffer, ChunkOptions(**options, final=False))
+            for line in lines(ev.chunks):
                 yield line
-            base += ev["rest"]
-            buffer = buffer[ev["rest"] :]
+            base += ev.rest
+            buffer = buffer[ev.rest :]
             fed = len(buffer)
         buffer += decoder.decode(b"", final=True)
-        ev = await parts.backend.chunk(model, buffer, final=True, **options)
-        raise_if_error(ev)
-        for line in lines(ev["chunks"]):
+        ev = await chunked(parts.backend, model, buffer, ChunkOptions(**options))
+        for line in lines(ev.chunks):
             yield line
         done = {
             "object": "chunks.done",

@@ -13,10 +13,21 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from zerolayer.config import PlatformConfig
-from zerolayer.gateway.api import GatewayParts, create_app
-from zerolayer.gateway.flow import SHORT
+from zerolayer.gateway.api import create_app
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.parts import GatewayParts
+from zerolayer.protocol import (
+    ChunkOptions,
+    Chunks,
+    End,
+    Failed,
+    Prompt,
+    PromptInput,
+    ReplicaEvent,
+    SamplingSpec,
+    Target,
+)
 from zerolayer.store.keys import AsyncKeyStore, KeyStore
 from zerolayer.tokenfix.service import Tokenfix
 
@@ -28,7 +39,7 @@ class HandleBackend:
 
     def __init__(
         self,
-        handles: dict[str, DeploymentHandle],
+        handles: dict[Target, DeploymentHandle],
         tokenfix: DeploymentHandle | Tokenfix,
         chunker: DeploymentHandle,
     ):
@@ -36,18 +47,18 @@ class HandleBackend:
         self.tokenfix = tokenfix
         self.chunker = chunker
         self._streams = {k: h.options(stream=True) for k, h in handles.items()}
-        self._cards: dict[str, dict[str, Any]] = {}
+        self._cards: dict[Target, dict[str, Any]] = {}
 
-    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
+    async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
         if isinstance(self.tokenfix, Tokenfix):  # in this process (tokenfix.in_gateway)
             return await self.tokenfix.prepare(model, req)
         return await self.tokenfix.prepare.remote(model, req)
 
-    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
-        return await self.chunker.chunk.remote(model, text, **options)
+    async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
+        return await self.chunker.chunk.remote(model, text, options)
 
-    async def stream(self, target: str, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        gen = self._streams[target].stream.remote(req)
+    async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+        gen = self._streams[target].stream.remote(spec)
         finished = False
         try:
             async for ev in gen:
@@ -57,13 +68,13 @@ class HandleBackend:
             if not finished:
                 gen.cancel()  # client gone: the replica's generator is closed, the engine aborts
 
-    async def complete(self, target: str, req: dict[str, Any]) -> dict[str, Any]:
-        return await self.handles[target].complete.remote(req)
+    async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
+        return await self.handles[target].complete.remote(spec)
 
-    async def cards(self) -> dict[str, dict[str, Any]]:
+    async def cards(self) -> dict[Target, dict[str, Any]]:
         """Each tier's card, asked of one of its replicas once and then kept (a tier's artifact
         and engine do not change while the application runs)."""
-        missing = [t for t in self.handles if t not in self._cards and SHORT not in t]
+        missing = [t for t in self.handles if t not in self._cards and not t.short]
         if missing:
             got = await asyncio.gather(
                 *(self.handles[t].card.remote() for t in missing), return_exceptions=True
@@ -81,7 +92,7 @@ class GatewayDeployment:
     def __init__(
         self,
         config: dict[str, Any],
-        handles: dict[str, DeploymentHandle],
+        handles: dict[Target, DeploymentHandle],
         tokenfix: DeploymentHandle | None,
         chunker: DeploymentHandle,
     ):
@@ -107,7 +118,7 @@ class GatewayDeployment:
             await self.redis.ping()
         except Exception as exc:  # report, do not raise: /healthz answers either way
             return {"status": "degraded", "redis": f"unreachable: {type(exc).__name__}"}
-        tiers = sorted(t for t in self.backend.handles if SHORT not in t)
+        tiers = sorted(str(t) for t in self.backend.handles if not t.short)
         return {"status": "ok", "redis": "ok", "tiers": tiers}
 
     def __serve_build_asgi_app__(self) -> FastAPI:

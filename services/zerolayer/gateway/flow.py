@@ -9,30 +9,42 @@ import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from zerolayer.config import PlatformConfig
-from zerolayer.errors import ContextLengthExceeded, Overloaded, RateLimited, raise_if_error
+from zerolayer.errors import APIError, ContextLengthExceeded, Overloaded, RateLimited
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.limits import Limiter, Reservation
 from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream, usage
 from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
-from zerolayer.replicas.core import completion_budget
+from zerolayer.protocol import Failed, PromptInput, SamplingSpec, Target
 from zerolayer.store.keys import ApiKeyRecord
 
-if TYPE_CHECKING:
-    from zerolayer.gateway.api import Backend
-
-__all__ = ["SHORT", "Flow"]
+__all__ = ["Flow", "completion_budget"]
 
 log = logging.getLogger(__name__)
 
-SHORT = "#short"  # suffix of a tier's short-request replica group in backend targets
+
+def completion_budget(
+    max_model_len: int, prompt_tokens: int, asked: int | None, default_max_tokens: int
+) -> int:
+    """max_tokens of a request, decided once, here: what it asked for, else the default within
+    the context; raises ContextLengthExceeded (a 400 that states both numbers) when the prompt
+    leaves no room."""
+    room = max_model_len - prompt_tokens
+    if room < 1 or (asked is not None and asked > room):
+        raise ContextLengthExceeded(
+            f"this model's context is {max_model_len} tokens; the prompt has {prompt_tokens} "
+            f"tokens and max_tokens asks for {asked if asked is not None else 1} more",
+            param="max_tokens" if asked is not None and room >= 1 else "messages",
+        )
+    return asked if asked is not None else min(default_max_tokens, room)
 
 
 class Flow:
@@ -75,29 +87,26 @@ class Flow:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
-    def route(self, target: str, prompt_tokens: int) -> str:
+    def route(self, target: Target, prompt_tokens: int) -> Target:
         """The backend target: the tier's short-request group for short prompts, if it has one."""
-        model, _, tier = target.partition(":")
-        short = self.config.models[model].tiers[tier].short_requests
-        if short is not None and prompt_tokens < short.max_prompt_tokens:
-            return target + SHORT
-        return target
+        short = self.config.models[target.model].tiers[target.tier].short_requests
+        return target.group(short is not None and prompt_tokens < short.max_prompt_tokens)
 
     async def admit(
-        self, record: ApiKeyRecord, target: str, rid: str, prompt: int, max_tokens: int
+        self, record: ApiKeyRecord, target: Target, rid: str, prompt: int, max_tokens: int
     ) -> Reservation:
         """Admission control, then the key's limits; refusals are counted in metrics."""
         plan = self.config.plans[record.plan]
         try:
-            self.admission.check(target, plan.priority)
+            self.admission.check(str(target), plan.priority)
         except Overloaded:
-            self.metrics.inc("shed", target, record.plan)
+            self.metrics.inc("shed", str(target), record.plan)
             raise
-        price = plan.prices[target.partition(":")[2]]
+        price = plan.prices[target.tier]
         reservation = await self.limit(
             record, rid, prompt + max_tokens, price.micros(prompt, max_tokens)
         )
-        self.metrics.inc("requests", target, record.plan)
+        self.metrics.inc("requests", str(target), record.plan)
         return reservation
 
     async def limit(self, record: ApiKeyRecord, rid: str, tokens: int, micros: int) -> Reservation:
@@ -111,11 +120,11 @@ class Flow:
             raise
 
     def settle(
-        self, record: ApiKeyRecord, target: str, r: Reservation, prompt: int, completion: int
+        self, record: ApiKeyRecord, target: Target, r: Reservation, prompt: int, completion: int
     ) -> None:
         """Correct the reservation to the tokens delivered (in the background: the request may be
         in the middle of being cancelled)."""
-        price = self.config.plans[record.plan].prices[target.partition(":")[2]]
+        price = self.config.plans[record.plan].prices[target.tier]
         self.later(self.limiter.settle(r, prompt + completion, price.micros(prompt, completion)))
 
     async def __call__(
@@ -123,32 +132,44 @@ class Flow:
     ) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
         target = self.catalog.resolve(body.model, record.plan)
-        model = target.partition(":")[0]
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        try:
+            return await self._run(body, record, target, rid)
+        except APIError as exc:  # the app's handler answers it, with the request's id
+            exc.request_id = rid
+            raise
+
+    async def _run(
+        self,
+        body: ChatCompletionRequest | CompletionRequest,
+        record: ApiKeyRecord,
+        target: Target,
+        rid: str,
+    ) -> Response:
+        chat = isinstance(body, ChatCompletionRequest)
         headers = {"x-request-id": rid}
-        req: dict[str, Any] = {"request_id": rid, **body.sampling()}
+        sampling = body.sampling()
         if isinstance(body, ChatCompletionRequest):
-            req["messages"] = [{"role": m.role, "content": m.text()} for m in body.messages]
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            prompt = PromptInput(messages=messages)
         else:
-            req["prompt"] = body.prompt
-        prep = await self.backend.prepare(model, req)
-        if prep["event"] == "error":
-            return JSONResponse(prep["body"], status_code=prep["status"], headers=headers)
-        ids = prep["prompt_token_ids"]
-        max_len = self.config.models[model].max_model_len
+            prompt = PromptInput(prompt=body.prompt)
+        ids = await prompt_ids(self.backend, target.model, prompt)
+        max_len = self.config.models[target.model].max_model_len
         default = self.config.gateway.default_max_tokens
+        asked = sampling["max_tokens"]
         job: SummaryJob | None = None
         try:
-            max_tokens = completion_budget(max_len, len(ids), req["max_tokens"], default)
+            max_tokens = completion_budget(max_len, len(ids), asked, default)
         except ContextLengthExceeded as overflow:
             if not (isinstance(body, ChatCompletionRequest) and body.long_prompt == "summarize"):
                 raise
             job = await plan_summary(
                 self.backend,
-                model,
+                target.model,
                 self.route(target, 0),
                 rid,
-                req["messages"],
+                prompt.messages or [],
                 max_len,
                 self.config.chunker.chunk_tokens,
                 self.config.chunker.summary_tokens,
@@ -158,54 +179,58 @@ class Flow:
             reservation = await self.admit(record, target, rid, len(ids), max_tokens)
         else:
             # one admission for the whole job: every map call plus the final answer
-            prompt, completion = job.reserve()
-            asked = req["max_tokens"] or default
+            reserve_prompt, reserve_completion = job.reserve()
             reservation = await self.admit(
-                record, target, rid, prompt + max_len, completion + asked
+                record,
+                target,
+                rid,
+                reserve_prompt + max_len,
+                reserve_completion + (asked or default),
             )
             try:
-                ids, max_tokens = await self._summarised(job, model, req, max_len, default)
+                ids = await self._summarised(job, target.model, prompt)
+                max_tokens = completion_budget(max_len, len(ids), asked, default)
             except BaseException:
                 self.settle(record, target, reservation, job.prompt_used, job.completion_used)
                 raise
-        req.pop("messages", None)
-        req.pop("prompt", None)
-        req.update(prompt_token_ids=ids, max_tokens=max_tokens)
-        shape = Shape(chat, rid, target)  # the tier that answered, as OpenAI names the version
-        dest = self.route(target, len(ids))
-        call = _Call(record, target, dest, reservation, job)
+        spec = SamplingSpec(
+            request_id=rid,
+            prompt_token_ids=ids,
+            max_tokens=max_tokens,
+            temperature=sampling["temperature"],
+            top_p=sampling["top_p"],
+            seed=sampling["seed"],
+            stop=list(sampling["stop"] or []),
+        )
+        shape = Shape(chat, rid, str(target))  # the tier that answered, as OpenAI names it
+        call = _Call(record, target, self.route(target, len(ids)), reservation, job)
         if not body.stream:
-            return await self._complete(call, req, shape, headers)
-        return await self._stream(call, req, shape, headers, body.include_usage())
+            return await self._complete(call, spec, shape, headers)
+        return await self._stream(call, spec, shape, headers, body.include_usage())
 
-    async def _summarised(
-        self, job: SummaryJob, model: str, req: dict[str, Any], max_len: int, default: int
-    ) -> tuple[list[int], int]:
-        """Run the map-reduce; the prompt ids with the summary in place, and max_tokens."""
+    async def _summarised(self, job: SummaryJob, model: str, prompt: PromptInput) -> list[int]:
+        """Run the map-reduce; the prompt ids with the summary in place."""
         summary = await job.run()
-        messages = [dict(m) for m in req["messages"]]
+        messages = [dict(m) for m in prompt.messages or []]
         messages[job.index]["content"] = SUMMARY_NOTE + summary
-        prep = await self.backend.prepare(model, {**req, "messages": messages})
-        raise_if_error(prep)
-        ids = prep["prompt_token_ids"]
-        return ids, completion_budget(max_len, len(ids), req["max_tokens"], default)
+        return await prompt_ids(self.backend, model, PromptInput(messages=messages))
 
     async def _complete(
-        self, call: _Call, req: dict[str, Any], shape: Shape, headers: dict[str, str]
+        self, call: _Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
     ) -> Response:
         t0 = time.monotonic()
-        res: dict[str, Any] = {}
+        res = None
         try:
-            res = await self.backend.complete(call.dest, req)
+            res = await self.backend.complete(call.dest, spec)
         finally:
-            self.finish(call, res.get("prompt_tokens", 0), res.get("completion_tokens", 0))
-        self.admission.record(call.target, time.monotonic() - t0 - res.get("decode_s", 0.0))
-        if res["event"] == "error":
-            return JSONResponse(res["body"], status_code=res["status"], headers=headers)
+            used = (res.prompt_tokens, res.completion_tokens) if res is not None else (0, 0)
+            self.finish(call, *used)
+        if isinstance(res, Failed):
+            self.admission.record(str(call.target), time.monotonic() - t0)
+            res.raise_()
+        self.admission.record(str(call.target), time.monotonic() - t0 - res.decode_s)
         reply = shape.final(
-            res["text"],
-            res["finish_reason"],
-            call.usage(res["prompt_tokens"], res["completion_tokens"]),
+            res.text, res.finish_reason, call.usage(res.prompt_tokens, res.completion_tokens)
         )
         if call.job is not None:
             reply["zerolayer_summary"] = call.job.usage()
@@ -214,30 +239,31 @@ class Flow:
     async def _stream(
         self,
         call: _Call,
-        req: dict[str, Any],
+        spec: SamplingSpec,
         shape: Shape,
         headers: dict[str, str],
         include_usage: bool,
     ) -> Response:
-        waiting = self.admission.waiting(call.target)
-        events = self.backend.stream(call.dest, req)
+        tier = str(call.target)
+        waiting = self.admission.waiting(tier)
+        events = self.backend.stream(call.dest, spec)
         try:
             first = await anext(events)
         except BaseException:
-            self.admission.first_token(call.target, waiting)
+            self.admission.first_token(tier, waiting)
             self.finish(call, 0, 0)
             raise
-        if first["event"] == "error":
-            self.admission.first_token(call.target, waiting)
+        if isinstance(first, Failed):
+            self.admission.first_token(tier, waiting)
             self.finish(call, 0, 0)
             await events.aclose()  # type: ignore[attr-defined]
-            return JSONResponse(first["body"], status_code=first["status"], headers=headers)
+            first.raise_()
 
         def on_token() -> None:
-            self.admission.first_token(call.target, waiting)
+            self.admission.first_token(tier, waiting)
 
         def on_end(prompt: int, completion: int) -> None:
-            self.admission.first_token(call.target, waiting)
+            self.admission.first_token(tier, waiting)
             self.finish(call, prompt, completion)
 
         return StreamingResponse(
@@ -256,8 +282,8 @@ class _Call:
     """A request on its way to a tier, with what settlement needs."""
 
     record: ApiKeyRecord
-    target: str
-    dest: str
+    target: Target
+    dest: Target
     reservation: Reservation
     job: SummaryJob | None
 

@@ -1,5 +1,5 @@
 """OpenAI response objects (chat and text completions, JSON and server-sent events) built from
-the replicas' events (zerolayer.replicas.core)."""
+the replicas' events (zerolayer.protocol)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from zerolayer.protocol import Delta, End, Failed, ReplicaEvent, Start
 
 __all__ = ["sse", "usage", "Shape", "sse_stream"]
 
@@ -77,8 +79,8 @@ class Shape:
 
 async def sse_stream(
     shape: Shape,
-    events: AsyncIterator[dict[str, Any]],
-    first: dict[str, Any],
+    events: AsyncIterator[ReplicaEvent],
+    first: Start,
     include_usage: bool,
     on_token: Callable[[], None],
     on_end: Callable[[int, int], None],
@@ -88,30 +90,27 @@ async def sse_stream(
     control measures the wait with it); on_end(prompt, completion) exactly once, with the tokens
     delivered, however the stream ends: finished, failed, or the client gone. report(prompt,
     completion) makes the usage chunk."""
-    prompt_tokens = first["prompt_tokens"]
+    prompt_tokens = first.prompt_tokens
     completion = 0
     try:
         if shape.chat:
             yield sse(shape.chunk(None, None, include_usage))
         async for ev in events:
-            kind = ev["event"]
-            if kind == "delta":
+            if isinstance(ev, Delta):
                 if not completion:
                     on_token()
-                completion += ev["tokens"]
-                if ev["text"]:  # an end-of-sequence token carries no text: nothing to send
-                    yield sse(shape.chunk(ev["text"], None, include_usage))
-            elif kind == "end":
-                completion = ev["completion_tokens"]
-                yield sse(
-                    shape.chunk(None if shape.chat else "", ev["finish_reason"], include_usage)
-                )
+                completion += ev.tokens
+                if ev.text:  # an end-of-sequence token carries no text: nothing to send
+                    yield sse(shape.chunk(ev.text, None, include_usage))
+            elif isinstance(ev, End):
+                completion = ev.completion_tokens
+                yield sse(shape.chunk(None if shape.chat else "", ev.finish_reason, include_usage))
                 if include_usage:
                     yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
-            elif kind == "error":
+            elif isinstance(ev, Failed):
                 # Status 200 is already sent: report in-band, then end the stream properly.
-                completion = ev.get("completion_tokens", completion)
-                yield sse(ev["body"])
+                completion = max(completion, ev.completion_tokens)
+                yield sse(ev.error.body())
                 break
         yield sse("[DONE]")
     finally:

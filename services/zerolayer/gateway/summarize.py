@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zerolayer.errors import ContextLengthExceeded, EngineError, raise_if_error
-
-if TYPE_CHECKING:
-    from zerolayer.gateway.api import Backend
+from zerolayer.errors import ContextLengthExceeded, EngineError
+from zerolayer.gateway.parts import Backend, chunked, prompt_ids
+from zerolayer.protocol import ChunkOptions, Failed, PromptInput, SamplingSpec, Target
 
 __all__ = ["MAP_INSTRUCTION", "SUMMARY_NOTE", "SummaryJob", "plan_summary"]
 
@@ -34,7 +33,7 @@ class SummaryJob:
 
     backend: Backend
     model: str
-    dest: str
+    dest: Target
     rid: str
     chunk_tokens: int
     summary_tokens: int
@@ -55,27 +54,21 @@ class SummaryJob:
 
     async def _one(self, text: str, sem: asyncio.Semaphore) -> str:
         async with sem:
-            req = {"messages": [{"role": "user", "content": MAP_INSTRUCTION + text}]}
-            prep = await self.backend.prepare(self.model, req)
-            raise_if_error(prep)
+            req = PromptInput(messages=[{"role": "user", "content": MAP_INSTRUCTION + text}])
+            ids = await prompt_ids(self.backend, self.model, req)
             self.calls += 1
-            res = await self.backend.complete(
-                self.dest,
-                {
-                    "request_id": f"{self.rid}-map{self.calls}",
-                    "prompt_token_ids": prep["prompt_token_ids"],
-                    "max_tokens": self.summary_tokens,
-                    "temperature": 0.0,
-                    "top_p": 1.0,
-                    "seed": None,
-                    "stop": None,
-                },
+            spec = SamplingSpec(
+                f"{self.rid}-map{self.calls}",
+                ids,
+                self.summary_tokens,
+                temperature=0.0,
             )
-            self.prompt_used += res.get("prompt_tokens", 0)
-            self.completion_used += res.get("completion_tokens", 0)
-            if res["event"] == "error":
-                raise EngineError("a partial summary failed: " + res["body"]["error"]["message"])
-            return str(res["text"]).strip()
+            res = await self.backend.complete(self.dest, spec)
+            self.prompt_used += res.prompt_tokens
+            self.completion_used += res.completion_tokens
+            if isinstance(res, Failed):
+                raise EngineError("a partial summary failed: " + res.error.message)
+            return res.text.strip()
 
     async def run(self) -> str:
         """The summary of the message (map, then reduce rounds)."""
@@ -85,11 +78,10 @@ class SummaryJob:
             self.rounds += 1
             summaries = await asyncio.gather(*(self._one(p, sem) for p in parts))
             joined = "\n".join(s for s in summaries if s)
-            ev = await self.backend.chunk(self.model, joined, chunk_tokens=self.chunk_tokens)
-            raise_if_error(ev)
-            if len(ev["chunks"]) <= 1 or self.rounds >= _MAX_ROUNDS:
+            ev = await chunked(self.backend, self.model, joined, ChunkOptions(self.chunk_tokens))
+            if len(ev.chunks) <= 1 or self.rounds >= _MAX_ROUNDS:
                 return joined
-            parts = [c["text"] for c in ev["chunks"]]
+            parts = [c.text for c in ev.chunks]
 
     def usage(self) -> dict[str, int]:
         """What the map-reduce cost, for the reply."""
@@ -105,7 +97,7 @@ class SummaryJob:
 async def plan_summary(
     backend: Backend,
     model: str,
-    dest: str,
+    dest: Target,
     rid: str,
     messages: list[dict[str, Any]],
     max_model_len: int,
@@ -118,9 +110,8 @@ async def plan_summary(
     size = min(chunk_tokens, max_model_len - summary_tokens - _TEMPLATE_TOKENS)
     if size < 16:
         raise overflow
-    ev = await backend.chunk(model, messages[index]["content"], chunk_tokens=size)
-    raise_if_error(ev)
-    if len(ev["chunks"]) <= 1:
+    ev = await chunked(backend, model, messages[index]["content"], ChunkOptions(size))
+    if len(ev.chunks) <= 1:
         raise overflow  # the longest message is not what overflows: nothing to summarise
-    texts = [c["text"] for c in ev["chunks"]]
+    texts = [c.text for c in ev.chunks]
     return SummaryJob(backend, model, dest, rid, size, summary_tokens, index, texts)

@@ -9,9 +9,9 @@ from ray import serve
 
 from zerolayer.config import PlatformConfig
 from zerolayer.engines import build_engine
+from zerolayer.protocol import End, Failed, ReplicaEvent, SamplingSpec
 from zerolayer.replicas.artifacts import require_artifact, tier_card
 from zerolayer.replicas.core import TierReplica
-from zerolayer.tokenfix.prompt import PromptBuilder
 
 __all__ = ["TierDeployment"]
 
@@ -26,26 +26,25 @@ class TierDeployment:
         model_dir = str(cfg.model_dir(model))
         tc = mcfg.tiers[tier]
         # a missing artifact fails the replica here, at deploy time, naming the folder
-        folder = None if tc.engine == "fake" else require_artifact(cfg, model, tier)
-        engine = build_engine(model_dir, tc, mcfg.max_model_len, str(folder) if folder else None)
-        self.replica = TierReplica(
-            f"{model}:{tier}",
-            engine,
-            PromptBuilder(model_dir),
-            mcfg.max_model_len,
-            cfg.gateway.default_max_tokens,
+        folder = require_artifact(cfg, model, tier)
+        engine = build_engine(
+            model_dir, tc, mcfg.max_model_len, str(folder) if folder else None, cfg.kernels
         )
+        from transformers import AutoTokenizer
+
+        vocab = len(AutoTokenizer.from_pretrained(model_dir))
+        self.replica = TierReplica(f"{model}:{tier}", engine, vocab, mcfg.max_model_len)
         await self.replica.start()
         self.replica.card = {**tier_card(cfg, model, tier), "serving": engine.info()}
 
-    async def stream(self, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
         """Events of one request (streamed through the handle)."""
-        async for ev in self.replica.stream(req):
+        async for ev in self.replica.stream(spec):
             yield ev
 
-    async def complete(self, req: dict[str, Any]) -> dict[str, Any]:
+    async def complete(self, spec: SamplingSpec) -> End | Failed:
         """The whole result of one request."""
-        return await self.replica.complete(req)
+        return await self.replica.complete(spec)
 
     async def check_health(self) -> None:
         """Called by Ray Serve; raising marks the replica unhealthy and replaces it."""

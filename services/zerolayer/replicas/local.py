@@ -7,6 +7,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from zerolayer.chunker.service import Chunker
+from zerolayer.protocol import (
+    ChunkOptions,
+    Chunks,
+    End,
+    Failed,
+    Prompt,
+    PromptInput,
+    ReplicaEvent,
+    SamplingSpec,
+    Target,
+)
 from zerolayer.replicas.core import TierReplica
 from zerolayer.tokenfix.service import Tokenfix
 
@@ -16,27 +27,27 @@ __all__ = ["LocalBackend"]
 class LocalBackend:
     """Calls TierReplica, Tokenfix and Chunker objects directly instead of through handles."""
 
-    def __init__(self, replicas: dict[str, TierReplica], tokenfix: Tokenfix, chunker: Chunker):
+    def __init__(self, replicas: dict[Target, TierReplica], tokenfix: Tokenfix, chunker: Chunker):
         self.replicas = replicas
         self.tokenfix = tokenfix
         self.chunker = chunker
 
-    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
+    async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
         return await self.tokenfix.prepare(model, req)
 
-    async def chunk(self, model: str, text: str, **options: Any) -> dict[str, Any]:
-        return await self.chunker.chunk(model, text, **options)
+    async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
+        return await self.chunker.chunk(model, text, options)
 
-    async def stream(self, target: str, req: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        gen = self.replicas[target].stream(req)
+    async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+        gen = self.replicas[target].stream(spec)
         try:
             async for ev in gen:
                 yield ev
         finally:
             await gen.aclose()
 
-    async def complete(self, target: str, req: dict[str, Any]) -> dict[str, Any]:
-        return await self.replicas[target].complete(req)
+    async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
+        return await self.replicas[target].complete(spec)
 
-    async def cards(self) -> dict[str, dict[str, Any]]:
-        return {target: r.card for target, r in self.replicas.items()}
+    async def cards(self) -> dict[Target, dict[str, Any]]:
+        return {t: r.card for t, r in self.replicas.items() if not t.short}

@@ -7,9 +7,8 @@ from typing import Any
 
 from zerolayer.chunker.deployment import chunker_deployment
 from zerolayer.config import PlatformConfig
-from zerolayer.gateway.catalog import tier_key
 from zerolayer.gateway.deployment import gateway_deployment
-from zerolayer.gateway.flow import SHORT
+from zerolayer.protocol import Target
 from zerolayer.replicas.deployment import tier_deployment
 from zerolayer.tokenfix.deployment import tokenfix_deployment
 
@@ -29,13 +28,13 @@ def build_app(cfg: PlatformConfig) -> Any:
     handles = {}
     for m, mc in cfg.models.items():
         for t, tc in mc.tiers.items():
-            handles[tier_key(m, t)] = tier_deployment(deployment_name(m, t), cfg, m, t).bind(
+            handles[Target(m, t)] = tier_deployment(deployment_name(m, t), cfg, m, t).bind(
                 data, m, t
             )
             if tc.short_requests is not None:
                 name = deployment_name(m, t, short=True)
                 deployment = tier_deployment(name, cfg, m, t, short=True)
-                handles[tier_key(m, t) + SHORT] = deployment.bind(data, m, t)
+                handles[Target(m, t, short=True)] = deployment.bind(data, m, t)
     tokenfix = None if cfg.tokenfix.in_gateway else tokenfix_deployment(cfg).bind(data)
     chunker = chunker_deployment(cfg).bind(data)
     return gateway_deployment(cfg).bind(data, handles, tokenfix, chunker)

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import redis
 
+from zerolayer.collapse import BuildProgress, build_missing
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
-from zerolayer.replicas.artifacts import build_missing
+from zerolayer.replicas.artifacts import require_artifact
 from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.store.keys import KeyStore, hash_key
 
@@ -111,6 +112,9 @@ class Platform:
     def _say(self, msg: str) -> None:
         print(msg, file=self.log, flush=True)
 
+    def _progress(self, step: BuildProgress) -> None:
+        self._say(step.message)
+
     def start(self) -> Platform:
         """Import missing models, start everything, create the dev key; return self."""
         if self.cfg.ray.throughput_optimized and self.cfg.ray.address is None:
@@ -123,7 +127,10 @@ class Platform:
             self._say(f"model {name}: {self.cfg.model_dir(name)}")
             ensure_model(self.cfg, name)
             # tier artifacts: built now if missing (or a clear failure), before anything starts
-            build_missing(self.cfg, name, self.log)
+            if self.cfg.build_missing_artifacts:
+                build_missing(self.cfg, name, self._progress)
+            for tier in self.cfg.models[name].tiers:
+                require_artifact(self.cfg, name, tier)
         if self.cfg.redis.url is None:
             self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), self.cfg.redis.embedded_port)
             url = self._redis.start()

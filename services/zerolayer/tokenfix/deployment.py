@@ -7,6 +7,7 @@ from typing import Any
 from ray import serve
 
 from zerolayer.config import PlatformConfig
+from zerolayer.protocol import Failed, Prompt, PromptInput
 from zerolayer.tokenfix.service import Tokenfix
 
 __all__ = ["TokenfixDeployment", "tokenfix_deployment"]
@@ -19,8 +20,8 @@ class TokenfixDeployment:
         cfg = PlatformConfig.model_validate(config)
         self.tokenfix = Tokenfix({m: cfg.model_dir(m) for m in cfg.models})
 
-    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
-        """Prompt token ids of a request, or an error event."""
+    async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
+        """The prompt's token ids, or the error."""
         return await self.tokenfix.prepare(model, req)
 
 

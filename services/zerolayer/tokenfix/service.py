@@ -5,7 +5,7 @@ Cleaning: Unicode NFC, and removal of characters no tokenizer should see: C0 and
 characters except tab, line feed and carriage return, DEL, lone surrogates (JSON can carry them
 as \\ud800 escapes) and the noncharacters U+FFFE/U+FFFF.
 
-Errors are values here, as on every hop: {"event": "error", "status", "body"}.
+Errors are values here, as on every hop (zerolayer.protocol): `Failed`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any
 
 from zerolayer.errors import APIError, InvalidRequest
+from zerolayer.protocol import Failed, Prompt, PromptInput
 from zerolayer.tokenfix.prompt import PromptBuilder
 
 __all__ = ["clean_text", "Tokenfix"]
@@ -34,24 +34,22 @@ class Tokenfix:
     def __init__(self, model_dirs: dict[str, str | Path]):
         self.builders = {m: PromptBuilder(d) for m, d in model_dirs.items()}
 
-    def token_ids(self, model: str, req: dict[str, Any]) -> list[int]:
+    def token_ids(self, model: str, req: PromptInput) -> list[int]:
         """Cleaned, templated and tokenized prompt; raises InvalidRequest."""
         builder = self.builders[model]
-        if req.get("messages") is not None:
-            messages = [
-                {**m, "content": clean_text(m.get("content") or "")} for m in req["messages"]
-            ]
+        if req.messages is not None:
+            messages = [{**m, "content": clean_text(m.get("content") or "")} for m in req.messages]
             ids = builder.chat(messages)
         else:
-            prompt = req.get("prompt")
+            prompt = req.prompt if req.prompt is not None else ""
             ids = builder.completion(clean_text(prompt) if isinstance(prompt, str) else prompt)
         if not ids:
             raise InvalidRequest("the prompt is empty after cleaning", param="prompt")
         return ids
 
-    async def prepare(self, model: str, req: dict[str, Any]) -> dict[str, Any]:
-        """{"event": "prompt", "prompt_token_ids": [...]} or an error event."""
+    async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
+        """The prompt's token ids, or the error as a value (this is a deployment method)."""
         try:
-            return {"event": "prompt", "prompt_token_ids": self.token_ids(model, req)}
+            return Prompt(self.token_ids(model, req))
         except APIError as exc:
-            return {"event": "error", "status": exc.status_code, "body": exc.body()}
+            return Failed.of(exc)

@@ -1,4 +1,4 @@
-"""zerolayer's own engine: the torch Llama (engines/llama.py) behind the engine protocol.
+"""zerolayer's own engine: the torch Llama (model.py) behind the engine protocol.
 
 One worker thread owns the model and runs a continuous-batching loop: each step first prefills
 waiting requests (up to a token budget, at least one), then decodes one token for every running
@@ -24,6 +24,9 @@ from typing import Any
 import torch
 
 from zerolayer.engines.base import SamplingSpec, TokenDelta
+from zerolayer.engines.torch_engine.cache import SlotCache
+from zerolayer.engines.torch_engine.kernels import Compiler
+from zerolayer.engines.torch_engine.model import load_llama
 
 __all__ = ["TorchEngine"]
 
@@ -72,6 +75,7 @@ class TorchEngine:
         device_budget_gib: float | None = None,
         offload_layers: int | None = None,
         sparse_min_tokens: int = 256,
+        compiler: Compiler | None = None,
     ):
         self.model_dir = model_dir
         self.artifact = artifact
@@ -88,6 +92,7 @@ class TorchEngine:
         self.device_budget = None if device_budget_gib is None else int(device_budget_gib * 2**30)
         self.offload_layers = offload_layers
         self.sparse_min_tokens = sparse_min_tokens
+        self.compiler = compiler
         self.model: Any = None
         self.tokenizer: Any = None
         self.eos: set[int] = set()
@@ -108,8 +113,6 @@ class TorchEngine:
     def _load(self) -> None:
         from transformers import AutoTokenizer
 
-        from zerolayer.engines.llama import load_llama
-
         if self.threads:
             torch.set_num_threads(self.threads)
         self.model = load_llama(
@@ -122,6 +125,7 @@ class TorchEngine:
             sparse_min_tokens=self.sparse_min_tokens,
             device_budget_bytes=self.device_budget,
             offload_layers=self.offload_layers,
+            compiler=self.compiler,
         )
         tok_dir = self.artifact_dir if self.artifact == "pruned" else self.model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
@@ -192,8 +196,6 @@ class TorchEngine:
 
     # worker ------------------------------------------------------------------------------------
     def _run(self) -> None:
-        from zerolayer.engines.llama import SlotCache
-
         cache = SlotCache(self.model.shape, self.dtype, self.device, self.max_model_len)
         running: list[_Request] = []
         waiting: list[_Request] = []

@@ -1,45 +1,7 @@
-"""Compiled kernels for the torch engine on a CPU: latency mode's sparse-input product, and the
-whole single-stream decode step built on it.
-
-Input-dependent sparsity only pays when the weights of skipped inputs are not read at all. With
-W stored transposed (in x out, each input's weights one contiguous row), the product over the
-active inputs is a sum of scaled rows: the OpenMP threads share out the active rows, each adding
-x[i] * Wt[i, :] into its own partial sum (whole rows, read front to back), and the partial sums
-are added at the end, so the memory read is the active rows and nothing else.
-torch's own ops cannot do this without copying the rows first (index_select, embedding_bag:
-slower than the dense GEMV below ~80% sparsity on 2 CPU cores, benchmarks/latency_kernel.py).
-
-zl_decode_one runs one token of one sequence through every decoder layer in one call (RMSNorm,
-q/k/v, rotary, the cache write, attention, o_proj, gate/up, SiLU product, down_proj, residuals),
-every product through the kernel above with its layer's threshold (0: a dense weight). As torch
-ops the same step is about 1,000 small calls a token, whose dispatch and thread wake-ups cost
-about as much as the weights' reads on these cores.
-
-The C source is compiled at first use with the machine's C compiler (-O3 -march=native, so for
-this CPU; about 0.2 s) into a temporary file and loaded with ctypes. It is linked against the
-OpenMP runtime that torch itself loaded, so its threads are torch's threads: no second pool
-competes with torch's for the cores. Without a compiler, or with a torch that brings no GNU
-OpenMP runtime, `load()` returns None and callers fall back to torch ops (the tier says so).
-"""
-
-from __future__ import annotations
-
-import ctypes
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
-
-import torch
-
-__all__ = ["LayerC", "SparseInputKernel", "load"]
-
-log = logging.getLogger(__name__)
-
-_SOURCE = r"""
+/* The torch engine's CPU kernels (see kernels.py, which compiles this file at first use and
+   loads it with ctypes): latency mode's sparse-input product, and the single-stream decode step
+   built on it. Linked against the OpenMP runtime torch loaded, so its threads are torch's. */
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +78,23 @@ typedef struct {
   int width;
   float *k, *v;
 } zl_layer;
+
+/* zl_layer's layout as this compiler lays it out: its size, then each field's offset in
+   declaration order. kernels.py checks its ctypes mirror against it at load. */
+int zl_layer_layout(long *out, int n) {
+  const long v[] = {
+    (long)sizeof(zl_layer),
+    (long)offsetof(zl_layer, in_norm), (long)offsetof(zl_layer, post_norm),
+    (long)offsetof(zl_layer, qkv), (long)offsetof(zl_layer, o),
+    (long)offsetof(zl_layer, gate_up), (long)offsetof(zl_layer, down),
+    (long)offsetof(zl_layer, t_qkv), (long)offsetof(zl_layer, t_o),
+    (long)offsetof(zl_layer, t_gate_up), (long)offsetof(zl_layer, t_down),
+    (long)offsetof(zl_layer, width), (long)offsetof(zl_layer, k), (long)offsetof(zl_layer, v),
+  };
+  int count = (int)(sizeof(v) / sizeof(v[0]));
+  for (int i = 0; i < n && i < count; i++) out[i] = v[i];
+  return count;
+}
 
 static void rms(const float *restrict x, const float *restrict w, int n, float eps,
                 float *restrict out) {
@@ -235,151 +214,3 @@ int zl_decode_one(const zl_layer *layers, int n_layers, int hidden, int heads, i
   free(idx);
   return 0;
 }
-"""
-
-
-class LayerC(ctypes.Structure):
-    """One decoder layer as zl_decode_one reads it (the C struct zl_layer)."""
-
-    _fields_ = [
-        ("in_norm", ctypes.c_void_p),
-        ("post_norm", ctypes.c_void_p),
-        ("qkv", ctypes.c_void_p),
-        ("o", ctypes.c_void_p),
-        ("gate_up", ctypes.c_void_p),
-        ("down", ctypes.c_void_p),
-        ("t_qkv", ctypes.c_float),
-        ("t_o", ctypes.c_float),
-        ("t_gate_up", ctypes.c_float),
-        ("t_down", ctypes.c_float),
-        ("width", ctypes.c_int),
-        ("k", ctypes.c_void_p),
-        ("v", ctypes.c_void_p),
-    ]
-
-
-class SparseInputKernel:
-    """The loaded kernels; call them with float32 CPU tensors."""
-
-    def __init__(self, lib: ctypes.CDLL):
-        self._step = lib.zl_decode_one
-        self._step.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 7 + [ctypes.c_float]
-        self._step.argtypes += [ctypes.c_void_p] * 4
-        self._step.restype = ctypes.c_int
-        self._counts = (ctypes.c_long * 2)()
-        self._fn = lib.zl_sparse_input_gemv
-        self._fn.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_float,
-            ctypes.c_void_p,
-        ]
-        self._fn.restype = ctypes.c_int
-        self.active = 0  # thresholded inputs that passed, over all calls
-        self.total = 0
-
-    def __call__(self, wt: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
-        """x [1, in] @ wt [in, out] over the entries of x with |x| > threshold; [1, out]."""
-        if x.dtype != torch.float32 or wt.dtype != torch.float32 or x.device.type != "cpu":
-            raise ValueError("the sparse-input kernel takes float32 CPU tensors")
-        if x.dim() != 2 or x.shape[0] != 1 or wt.dim() != 2 or x.shape[1] != wt.shape[0]:
-            raise ValueError(f"shapes {tuple(x.shape)} and {tuple(wt.shape)} do not fit")
-        if not wt.is_contiguous():
-            raise ValueError("the weight must be contiguous")
-        return self.run(wt, x.contiguous(), threshold)
-
-    def run(self, wt: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
-        """The same without the checks, for callers that made wt and x right at load (the
-        engine's hot path: a few microseconds a call matter at 60 calls a token)."""
-        rows, cols = wt.shape
-        out = torch.empty(1, cols)
-        n = self._fn(wt.data_ptr(), rows, cols, x.data_ptr(), threshold, out.data_ptr())
-        if n < 0:
-            raise MemoryError("the sparse-input kernel could not allocate its buffers")
-        if threshold > 0:  # latency mode's counters: thresholded inputs only
-            self.active += n
-            self.total += rows
-        return out
-
-    def decode_one(
-        self,
-        layers: ctypes.Array[LayerC],
-        dims: tuple[int, int, int, int, int],
-        capacity: int,
-        pos: int,
-        eps: float,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        x: torch.Tensor,
-    ) -> None:
-        """One token of one sequence through every layer, in place on x [hidden] (contiguous
-        float32); dims = (layers, hidden, heads, kv_heads, head_dim); the layers' k and v point
-        at the sequence's cache slot, `capacity` positions per head; cos and sin: the rotary
-        row of `pos`. Called by the engine with everything made right at load, so unchecked."""
-        n_layers, hidden, heads, kv_heads, head_dim = dims
-        counts = self._counts
-        counts[0] = counts[1] = 0
-        rc = self._step(
-            ctypes.addressof(layers),
-            n_layers,
-            hidden,
-            heads,
-            kv_heads,
-            head_dim,
-            capacity,
-            pos,
-            eps,
-            cos.data_ptr(),
-            sin.data_ptr(),
-            x.data_ptr(),
-            ctypes.addressof(counts),
-        )
-        if rc < 0:
-            raise MemoryError("the decode kernel could not allocate its buffers")
-        self.active += counts[0]
-        self.total += counts[1]
-
-
-_lock = threading.Lock()
-_loaded: dict[str, SparseInputKernel | None] = {}
-
-
-def _torch_gomp() -> Path | None:
-    lib = Path(torch.__file__).parent / "lib"
-    found = sorted(lib.glob("libgomp*.so*"))
-    return found[0] if found else None
-
-
-def _compile(folder: Path) -> Path:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("no C compiler (cc or gcc) on PATH")
-    gomp = _torch_gomp()
-    if gomp is None:
-        raise RuntimeError("torch brings no GNU OpenMP runtime to share threads with")
-    src = folder / "kernel.c"
-    src.write_text(_SOURCE)
-    so = folder / "kernel.so"
-    cmd = [cc, "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", str(src), "-o", str(so)]
-    cmd += [f"-L{gomp.parent}", f"-l:{gomp.name}", f"-Wl,-rpath,{gomp.parent}"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if run.returncode != 0:
-        raise RuntimeError(f"compiling the kernel failed: {run.stderr.strip()[-400:]}")
-    return so
-
-
-def load() -> SparseInputKernel | None:
-    """The compiled kernel, or None where it cannot be built here (logged once)."""
-    with _lock:
-        if "kernel" not in _loaded:
-            try:
-                with tempfile.TemporaryDirectory(prefix="zerolayer-kernel-") as tmp:
-                    so = _compile(Path(tmp))
-                    # loaded before the folder goes: the mapping outlives the file
-                    _loaded["kernel"] = SparseInputKernel(ctypes.CDLL(str(so)))
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-                log.warning("latency-mode kernel unavailable, torch ops instead: %s", exc)
-                _loaded["kernel"] = None
-        return _loaded["kernel"]

@@ -1,12 +1,12 @@
 """A compact Llama decoder in plain torch: the model inside zerolayer's own engine.
 
-It reads a Hugging Face Llama checkpoint (SmolLM2 and kin), or one with per-layer MLP widths
-(collapse pruned checkpoints), and applies tier artifacts at load:
+It serves a Hugging Face Llama checkpoint (SmolLM2 and kin), or one with per-layer MLP widths
+(pruned tier checkpoints), with a tier artifact applied at load (checkpoint.py):
   masked    the kept MLP channels only (gate/up rows and down columns of removed ones are dropped,
             so the computed function and cost equal the pruned checkpoint's)
   dynamic   per-token thresholds on the inputs of down_proj, o_proj, q/k/v and gate/up, with the
             distilled down_proj weights; a single stream's decode step (latency mode) runs
-            compiled and reads only the weight rows of the inputs that pass (engines/kernels.py)
+            compiled and reads only the weight rows of the inputs that pass (kernels.py)
   sparse24  2:4 weights; on an NVIDIA GPU with compute capability >= 8.0 they also run on the
             sparse tensor cores for steps of at least `sparse_min_tokens` tokens
 Layers beyond a device memory budget stay in host memory (pinned when CUDA is there) and are
@@ -18,7 +18,6 @@ token of each active sequence. Both write keys and values into a SlotCache, one 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,158 +25,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from zerolayer.config import ARTIFACTS
-from zerolayer.engines import kernels
-from zerolayer.engines.kernels import SparseInputKernel
+from zerolayer.engines.torch_engine import kernels
+from zerolayer.engines.torch_engine.cache import SlotCache
+from zerolayer.engines.torch_engine.checkpoint import Shape, read_tier
+from zerolayer.engines.torch_engine.kernels import SparseInputKernel
+from zerolayer.engines.torch_engine.weights import Layer, LayerStore, Proj, sparse_hw_available
 
-__all__ = ["Shape", "SlotCache", "LlamaModel", "read_state", "sparse_hw_available"]
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The dimensions a Llama checkpoint's config.json declares."""
-
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    layers: int
-    vocab: int
-    eps: float
-    rope_theta: float
-    tied: bool
-    widths: tuple[int, ...]
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Shape:
-        if cfg.get("model_type") not in ("llama", None):
-            raise ValueError(f"the torch engine serves Llama models, not {cfg.get('model_type')}")
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
-            raise ValueError(f"unsupported rope type {rope.get('rope_type')}")
-        heads = int(cfg["num_attention_heads"])
-        layers = int(cfg["num_hidden_layers"])
-        widths = (cfg.get("zerolayer") or {}).get("intermediate_sizes") or [
-            int(cfg["intermediate_size"])
-        ] * layers
-        return cls(
-            hidden=int(cfg["hidden_size"]),
-            heads=heads,
-            kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
-            layers=layers,
-            vocab=int(cfg["vocab_size"]),
-            eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-            tied=bool(cfg.get("tie_word_embeddings", False)),
-            widths=tuple(int(w) for w in widths),
-        )
-
-
-def read_state(model_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a safetensors checkpoint (one file or an index of shards)."""
-    from safetensors.torch import load_file
-
-    model_dir = Path(model_dir)
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
-    state: dict[str, torch.Tensor] = {}
-    for name in files:
-        state.update(load_file(str(model_dir / name)))
-    return state
-
-
-def sparse_hw_available(device: torch.device) -> bool:
-    """True on an NVIDIA GPU with 2:4 sparse tensor cores (compute capability 8.0 or higher)."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 8
-
-
-class Proj:
-    """y = x @ W.T for one (possibly fused) weight.
-
-    With an input threshold (latency mode), entries of x with |x| <= threshold count as zero. On
-    a CPU in float32 with the compiled kernels (engines/kernels.py) every weight is kept
-    transposed (in x out): the compiled single-stream step reads it in place, skipping the rows
-    of inputs under the threshold (0 for a dense weight), a lone token's product outside that
-    step runs the same kernel, and batches use one matmul over the zeroed input. Elsewhere
-    weights keep torch's layout (out x in), with a 2:4 copy on sparse tensor cores used for
-    steps of at least min_tokens tokens, where it pays."""
-
-    def __init__(
-        self,
-        weight: torch.Tensor,
-        sparse: Any = None,
-        min_tokens: int = 256,
-        threshold: float | None = None,
-        kernel: SparseInputKernel | None = None,
-    ):
-        self.weight = weight
-        self.sparse = sparse
-        self.min_tokens = min_tokens
-        self.threshold = threshold
-        self.kernel = kernel
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel is not None and x.shape[0] == 1:
-            return self.kernel.run(self.weight, x.contiguous(), self.threshold or 0.0)
-        if self.threshold is not None:
-            x = F.hardshrink(x, self.threshold)  # zero where |x| <= threshold, one op
-        if self.kernel is not None:  # the weight is stored transposed
-            return x @ self.weight
-        if self.sparse is not None and x.shape[0] >= self.min_tokens:
-            return F.linear(x, self.sparse)
-        return F.linear(x, self.weight)
-
-    def matrix(self) -> torch.Tensor:
-        """The weight in torch's layout (out x in), whichever way it is stored."""
-        return self.weight.t() if self.kernel is not None else self.weight
-
-    def like(self, weight: torch.Tensor) -> Proj:
-        """The same projection over another copy of its weight (offload: a device copy)."""
-        return Proj(weight, self.sparse, self.min_tokens, self.threshold, self.kernel)
-
-
-@dataclass
-class Layer:
-    """One decoder layer's weights (fused q/k/v and gate/up when none of them is sparse)."""
-
-    in_norm: torch.Tensor
-    post_norm: torch.Tensor
-    qkv: list[Proj]
-    o: Proj
-    gate_up: list[Proj]
-    down: Proj
-    width: int
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        out = {"in_norm": self.in_norm, "post_norm": self.post_norm}
-        for group, projs in (("qkv", self.qkv), ("gate_up", self.gate_up)):
-            for j, p in enumerate(projs):
-                out[f"{group}.{j}"] = p.weight
-        out["o"], out["down"] = self.o.weight, self.down.weight
-        return out
-
-    def with_tensors(self, t: dict[str, torch.Tensor]) -> Layer:
-        """The same layer over other copies of its tensors (offload: a device copy)."""
-
-        def group(name: str, projs: list[Proj]) -> list[Proj]:
-            return [p.like(t[f"{name}.{j}"]) for j, p in enumerate(projs)]
-
-        # a projection's 2:4 copy lives on the device already and goes along unchanged
-        return Layer(
-            t["in_norm"],
-            t["post_norm"],
-            group("qkv", self.qkv),
-            self.o.like(t["o"]),
-            group("gate_up", self.gate_up),
-            self.down.like(t["down"]),
-            self.width,
-        )
+__all__ = ["LoadReport", "LlamaModel", "load_llama"]
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -198,53 +52,6 @@ def _split(projs: list[Proj], x: torch.Tensor, sizes: list[int]) -> list[torch.T
     if len(projs) == 1:
         return list(projs[0](x).split(sizes, dim=-1))
     return [p(x) for p in projs]
-
-
-class SlotCache:
-    """Keys and values of up to `slots` sequences, one slot each, per layer:
-    [slots, kv_heads, capacity, head_dim]. Grows (doubling) as sequences and lengths need."""
-
-    def __init__(self, shape: Shape, dtype: torch.dtype, device: torch.device, max_len: int):
-        self.shape, self.dtype, self.device, self.max_len = shape, dtype, device, max_len
-        self.slots = 0
-        self.capacity = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-
-    def bytes_for(self, slots: int, length: int) -> int:
-        s = self.shape
-        per = 2 * s.layers * s.kv_heads * s.head_dim * torch.finfo(self.dtype).bits // 8
-        return _pow2(slots) * min(_pow2(length), self.max_len) * per
-
-    def ensure(self, slots: int, length: int) -> None:
-        """Room for `slots` sequences of up to `length` tokens."""
-        want_s = max(self.slots, _pow2(slots))
-        want_c = max(self.capacity, min(_pow2(length), self.max_len))
-        if want_s == self.slots and want_c == self.capacity:
-            return
-        s = self.shape
-        size = (want_s, s.kv_heads, want_c, s.head_dim)
-        for store in (self.k, self.v):
-            for i in range(s.layers):
-                new = torch.zeros(size, dtype=self.dtype, device=self.device)
-                if store:
-                    new[: self.slots, :, : self.capacity] = store[i]
-                    store[i] = new
-            if not store:
-                store.extend(
-                    torch.zeros(size, dtype=self.dtype, device=self.device) for _ in range(s.layers)
-                )
-        self.slots, self.capacity = want_s, want_c
-
-    def move(self, src: int, dst: int, length: int) -> None:
-        """Copy one sequence's keys and values to another slot."""
-        for store in (self.k, self.v):
-            for t in store:
-                t[dst, :, :length] = t[src, :, :length]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 @dataclass
@@ -290,6 +97,7 @@ class LlamaModel:
         device_budget_bytes: int | None = None,
         offload_layers: int | None = None,
         report: LoadReport | None = None,
+        compiler: kernels.Compiler | None = None,
     ):
         self.shape = shape
         self.device = torch.device(device)
@@ -300,7 +108,7 @@ class LlamaModel:
         self.report.mlp_widths = list(shape.widths)
         thresholds = thresholds or {}
         sparse_units = sparse_units or set()
-        self.kernel = self._kernel(bool(thresholds))
+        self.kernel = self._kernel(bool(thresholds), compiler)
         hw = bool(sparse_units) and sparse_hw_available(self.device)
         self.report.sparse24_units = len(sparse_units)
         self.report.sparse24_hardware = hw
@@ -349,9 +157,13 @@ class LlamaModel:
                 )
             )
         self.report.thresholds = len(thresholds)
-        self.layers, self.offloaded = self._place(host_layers, device_budget_bytes, offload_layers)
-        self._prefetched: tuple[int, Layer, Any] | None = None
-        self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        fixed = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
+        used = sum(t.numel() * t.element_size() for t in fixed)
+        self.store = LayerStore(host_layers, self.device, used, device_budget_bytes, offload_layers)
+        self.layers, self.offloaded = self.store.layers, self.store.offloaded
+        self.report.offloaded_layers = len(self.offloaded)
+        self.report.offloaded_bytes = self.store.offloaded_bytes
+        self.report.resident_bytes = self.store.resident_bytes
         inv = 1.0 / (
             shape.rope_theta
             ** (torch.arange(0, shape.head_dim, 2, dtype=torch.int64).float() / shape.head_dim)
@@ -384,7 +196,9 @@ class LlamaModel:
         return arr
 
     # loading -----------------------------------------------------------------------------------
-    def _kernel(self, thresholds: bool) -> SparseInputKernel | None:
+    def _kernel(
+        self, thresholds: bool, compiler: kernels.Compiler | None
+    ) -> SparseInputKernel | None:
         """The compiled kernels where they run (float32 on a CPU, a C compiler present): the
         single-stream decode step, and latency mode's products over the active inputs."""
         if self.device.type != "cpu" or self.dtype != torch.float32:
@@ -394,10 +208,12 @@ class LlamaModel:
                     f"({self.report.dtype}): every weight row is still read"
                 )
             return None
-        kernel = kernels.load()
+        kernel = kernels.load(compiler)
         self.report.latency_kernel = kernel is not None
         if kernel is None:
-            self.report.latency_note = "no C compiler here: torch ops, every weight row read"
+            self.report.latency_note = (
+                "no C compiler here (or kernels disabled): torch ops, every weight row read"
+            )
         elif thresholds:
             self.report.latency_note = (
                 "single-stream decode steps run compiled and read only the weight rows of the "
@@ -412,68 +228,6 @@ class LlamaModel:
 
         wd = w.to(self.device)
         return Proj(wd, to_sparse_semi_structured(wd), min_tokens)
-
-    def _place(
-        self, layers: list[Layer], budget: int | None, force: int | None
-    ) -> tuple[list[Layer], set[int]]:
-        """Move layers to the device until the budget is spent; the rest stay on the host."""
-        used = sum(t.numel() * t.element_size() for t in (self.embed, self.norm))
-        if self.lm_head is not self.embed:
-            used += self.lm_head.numel() * self.lm_head.element_size()
-        placed, offloaded = [], set()
-        n = len(layers)
-        for i, layer in enumerate(layers):
-            size = sum(t.numel() * t.element_size() for t in layer.tensors().values())
-            over = budget is not None and used + size > budget
-            if (force is not None and i >= n - force) or over:
-                pin = self.device.type == "cuda"
-                host = {
-                    k: (t.pin_memory() if pin else t.contiguous())
-                    for k, t in layer.tensors().items()
-                }
-                placed.append(layer.with_tensors(host))
-                offloaded.add(i)
-                self.report.offloaded_bytes += size
-                continue
-            moved = layer.with_tensors(
-                {k: t.to(self.device).contiguous() for k, t in layer.tensors().items()}
-            )
-            placed.append(moved)
-            used += size
-        self.report.offloaded_layers = len(offloaded)
-        self.report.resident_bytes = used
-        return placed, offloaded
-
-    # offload -----------------------------------------------------------------------------------
-    def _fetch(self, i: int) -> tuple[Layer, Any]:
-        """Start copying an offloaded layer to the device; (the device copy, its ready event)."""
-        layer = self.layers[i]
-        if self._copy_stream is None:
-            # no copy engine on a CPU: a plain copy keeps the same code path (used by tests)
-            return layer.with_tensors({k: t.clone() for k, t in layer.tensors().items()}), None
-        with torch.cuda.stream(self._copy_stream):
-            t = {k: v.to(self.device, non_blocking=True) for k, v in layer.tensors().items()}
-            ev = torch.cuda.Event()
-            ev.record(self._copy_stream)
-        return layer.with_tensors(t), ev
-
-    def _layer(self, i: int) -> Layer:
-        if i not in self.offloaded:
-            return self.layers[i]
-        if self._prefetched is not None and self._prefetched[0] == i:
-            layer, ev = self._prefetched[1], self._prefetched[2]
-        else:
-            layer, ev = self._fetch(i)
-        if ev is not None:
-            compute = torch.cuda.current_stream(self.device)
-            compute.wait_event(ev)
-            for t in layer.tensors().values():
-                t.record_stream(compute)  # made on the copy stream, used on this one
-        nxt = i + 1
-        while nxt < self.shape.layers and nxt not in self.offloaded:
-            nxt += 1
-        self._prefetched = (nxt, *self._fetch(nxt)) if nxt < self.shape.layers else None
-        return layer
 
     # forward -----------------------------------------------------------------------------------
     def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
@@ -507,7 +261,7 @@ class LlamaModel:
         rope = self._rope(torch.arange(t, device=self.device))
         x = self.embed[torch.tensor(tokens, device=self.device)]
         for i in range(s.layers):
-            layer = self._layer(i)
+            layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
             q, k, v = self._qkv(layer, h, rope)
             cache.k[i][slot, :, :t] = k.transpose(0, 1)
@@ -539,7 +293,7 @@ class LlamaModel:
         rope = self._rope(pos)
         x = self.embed[torch.tensor(tokens, device=self.device)]
         for i in range(s.layers):
-            layer = self._layer(i)
+            layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
             q, k, v = self._qkv(layer, h, rope)
             kc, vc = cache.k[i], cache.v[i]
@@ -577,45 +331,12 @@ def load_llama(
 ) -> LlamaModel:
     """A LlamaModel for one tier: the dense checkpoint in model_dir with the tier's artifact
     (from artifact_dir) applied; options go to LlamaModel."""
-    from zerolayer.collapse.artifacts import (
-        narrow_state,
-        read_dynamic,
-        read_masks,
-        read_sparse24,
-    )
-    from zerolayer.collapse.sparse24 import MLP_PROJ
-
-    if artifact not in ARTIFACTS:
-        raise ValueError(f"unknown artifact {artifact!r}; known: {', '.join(ARTIFACTS)}")
-    if artifact != "dense" and artifact_dir is None:
-        raise ValueError(f"artifact {artifact!r} needs its folder")
-    source = Path(artifact_dir) if artifact == "pruned" else Path(model_dir)
-    cfg = json.loads((source / "config.json").read_text())
-    state = read_state(source)
-    thresholds: dict[tuple[int, str], float] = {}
-    units: set[tuple[int, str]] = set()
-    if artifact == "masked":
-        keep, down = read_masks(Path(artifact_dir or ""))
-        widths = narrow_state(
-            state, keep, down, int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
-        )
-        cfg["zerolayer"] = {"intermediate_sizes": widths}
-    elif artifact == "dynamic":
-        art = read_dynamic(Path(artifact_dir or ""))
-        for i, w in art.down.items():
-            state[f"model.layers.{i}.mlp.down_proj.weight"] = w
-        thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
-    elif artifact == "sparse24":
-        for (i, p), w in read_sparse24(Path(artifact_dir or "")).items():
-            part = "mlp" if p in MLP_PROJ else "self_attn"
-            state[f"model.layers.{i}.{part}.{p}.weight"] = w
-            units.add((i, p))
-    report = LoadReport(artifact=artifact)
+    tier = read_tier(model_dir, artifact, artifact_dir)
     return LlamaModel(
-        Shape.from_config(cfg),
-        state,
-        thresholds=thresholds,
-        sparse_units=units,
-        report=report,
+        tier.shape,
+        tier.state,
+        thresholds=tier.thresholds,
+        sparse_units=tier.sparse_units,
+        report=LoadReport(artifact=artifact),
         **options,
     )

@@ -1,0 +1,61 @@
+"""Tier cards: what an artifact is and what it costs in quality, written last by the compiler so
+that a folder with a card holds a finished artifact."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from zerolayer.artifacts.names import CARD_FILE, FORMAT_VERSION
+from zerolayer.errors import ArtifactError
+
+__all__ = ["write_card", "read_card", "is_built", "check_version"]
+
+
+def check_version(found: Any, where: Path | str) -> int:
+    """The format version of an artifact (absent: 1); ArtifactError when it is newer than this
+    code reads."""
+    version = 1 if found is None else int(found)
+    if version > FORMAT_VERSION:
+        raise ArtifactError(
+            f"{where} is artifact format {version}; this zerolayer reads up to "
+            f"{FORMAT_VERSION}: rebuild it, or upgrade zerolayer"
+        )
+    return version
+
+
+def write_card(folder: Path, card: dict[str, Any]) -> dict[str, Any]:
+    """Write the card with the format version, atomically (a reader sees the whole card or
+    none, never a half-written one); the card as written."""
+    folder = Path(folder)
+    card = {"format_version": FORMAT_VERSION, **card}
+    tmp = folder / (CARD_FILE + ".tmp")
+    tmp.write_text(json.dumps(card, indent=1) + "\n")
+    os.replace(tmp, folder / CARD_FILE)
+    return card
+
+
+def read_card(folder: Path) -> dict[str, Any]:
+    """The card of a finished artifact; ArtifactError when it is missing, broken or too new."""
+    path = Path(folder) / CARD_FILE
+    try:
+        card = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"no {CARD_FILE} in {folder}: the artifact is not built") from exc
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path} is not valid JSON: {exc}") from exc
+    check_version(card.get("format_version"), path)
+    return card
+
+
+def is_built(folder: Path | None) -> bool:
+    """True when the folder holds a finished artifact this code can read."""
+    if folder is None:
+        return False
+    try:
+        read_card(folder)
+    except ArtifactError:
+        return False
+    return True

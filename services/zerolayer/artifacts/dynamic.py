@@ -1,0 +1,88 @@
+"""dynamic artifacts: per-token thresholds on projection inputs.
+
+thresholds.json holds, per layer, the |x| threshold on the input of down_proj ("thresholds"),
+o_proj ("attn_thresholds"), q/k/v ("qkv_thresholds") and gate/up ("gate_up_thresholds"); entries
+with |x| <= threshold count as zero. down_proj.safetensors holds the down_proj weights distilled
+with the thresholds in place (none: the dense weights).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zerolayer.artifacts.card import check_version
+from zerolayer.artifacts.names import FORMAT_VERSION
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Dynamic", "save_dynamic", "read_dynamic"]
+
+
+@dataclass
+class Dynamic:
+    """A dynamic (per-token threshold) artifact: per layer, the |a| threshold on the input of
+    down_proj (`mlp`), o_proj (`attn`), q/k/v (`qkv`) and gate/up (`gate_up`), and the down_proj
+    weights distilled with the MLP thresholds in place (`down`; none: the dense weights)."""
+
+    mlp: dict[int, float]
+    attn: dict[int, float] = field(default_factory=dict)
+    down: dict[int, torch.Tensor] = field(default_factory=dict)
+    qkv: dict[int, float] = field(default_factory=dict)
+    gate_up: dict[int, float] = field(default_factory=dict)
+
+    def inputs(self) -> dict[str, dict[int, float]]:
+        """The thresholds per projection input kind (names.INPUT_KINDS)."""
+        return {"mlp": self.mlp, "attn": self.attn, "qkv": self.qkv, "gate_up": self.gate_up}
+
+
+# thresholds.json keys of the inputs other than down_proj's ("thresholds", the first kind)
+_KEYS = {"attn": "attn_thresholds", "qkv": "qkv_thresholds", "gate_up": "gate_up_thresholds"}
+
+
+def save_dynamic(folder: Path, art: Dynamic) -> Path:
+    """Write a dynamic artifact: thresholds.json, and the distilled down_proj weights of the
+    thresholded layers in down_proj.safetensors."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = art.inputs()
+    body: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "kind": "mlp",
+        "thresholds": {str(i): t for i, t in art.mlp.items()},
+    }
+    for kind, key in _KEYS.items():
+        body[key] = {str(i): t for i, t in inputs[kind].items()}
+    (folder / "thresholds.json").write_text(json.dumps(body, indent=1) + "\n")
+    tensors = {f"layers.{i}.down_proj": w.contiguous() for i, w in art.down.items()}
+    save_file(tensors, str(folder / "down_proj.safetensors"))
+    return folder
+
+
+def read_dynamic(folder: Path) -> Dynamic:
+    """A dynamic artifact as written by save_dynamic (keys absent in older ones: none)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    path = folder / "thresholds.json"
+    body = json.loads(path.read_text())
+    check_version(body.get("format_version"), path)
+    down = {
+        int(k.split(".")[1]): w for k, w in load_file(str(folder / "down_proj.safetensors")).items()
+    }
+
+    def read(key: str) -> dict[int, float]:
+        return {int(i): float(t) for i, t in body.get(key, {}).items()}
+
+    return Dynamic(
+        read("thresholds"),
+        read("attn_thresholds"),
+        down,
+        read("qkv_thresholds"),
+        read("gate_up_thresholds"),
+    )

@@ -1,0 +1,167 @@
+"""The dynamic tier: per-token thresholds on projection inputs. First the MLP intermediate
+(down_proj's input), with per-layer shares allocated across layers and down_proj distilled with
+the thresholds in place; then o_proj's, gate/up's and q/k/v's inputs, kind by kind, at the
+largest share (the same in every layer) that keeps the whole cut within budget. Latency mode
+skips the weight rows of every input these thresholds zero."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from zerolayer.artifacts import Dynamic, save_dynamic
+from zerolayer.collapse.ablate import activation_threshold
+from zerolayer.collapse.allocate import Choice, layer_sensitivity
+from zerolayer.collapse.apply import dynamic_cut
+from zerolayer.collapse.build import Builder, Weights
+from zerolayer.collapse.calibrate import capture_inputs
+from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.select import dynamic_thresholds
+
+__all__ = ["build_dynamic", "measured_sparsity"]
+
+
+def build_dynamic(b: Builder) -> dict[str, Any]:
+    """Per-token thresholds on the MLP intermediate, allocated per layer."""
+    smap = b.silence_map()
+
+    def cut(shares: dict[int, float]) -> Any:
+        return activation_threshold(
+            b.model, dynamic_thresholds(smap, {i: s for i, s in shares.items() if s > 0})
+        )
+
+    sens = layer_sensitivity(
+        b.validator,
+        lambda i, lv: cut({i: lv}),
+        range(b.layers),
+        b.s.dynamic_levels,
+        desc="activation sparsity sensitivity",
+    )
+    layers = decoder_layers(b.model)
+
+    def with_weights(th: dict[int, float]) -> Callable[[Weights], AbstractContextManager[None]]:
+        return lambda w: b.applied(Dynamic(th, {}, w))
+
+    def recover(choice: Choice) -> tuple[Weights, AbstractContextManager[None], bool]:
+        th = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
+        start = {i: projection(layers[i], "mlp").weight.detach().clone() for i in th}
+        down = b.distilled(
+            choice,
+            start,
+            None,
+            with_weights(th),
+            student_cut=lambda student: activation_threshold(student, th),
+        )
+        return down, with_weights(th)(down), down is not start
+
+    choice, down, quality, distilled = b.fit(
+        sens,
+        cut,
+        lambda sh: sum(sh.values()) / b.layers,
+        "dynamic",
+        recover,
+        max_share=0.95,
+    )
+    thresholds = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
+    if not distilled:
+        down = {}  # the dense weights: nothing to store
+    art, shares, quality = _input_thresholds(b, Dynamic(thresholds, {}, down), quality)
+    folder = save_dynamic(b.out / "dynamic", art)
+    val_after = b.validator.evaluate(b.applied(art)).ppl_delta
+    sparsity = measured_sparsity(b, art)
+    level: dict[str, Any] = {
+        "per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()}
+    }
+    level.update({f"{kind}_share": share for kind, share in shares.items()})
+    extra = {
+        "level": level,
+        "activation_sparsity": round(sparsity.pop("mlp"), 5),
+        **{f"{kind}_activation_sparsity": round(v, 5) for kind, v in sparsity.items()},
+        "validation_ppl_delta": round(val_after, 5),
+        "validation_ppl_delta_thresholds_only": round(choice.val_delta, 5),
+        "distill_epochs": b.s.distill_epochs if distilled else 0,
+        "sensitivity": sens.as_json(),
+    }
+    return b.card(
+        "dynamic",
+        "input-dependent masking of the MLP intermediate (per-layer |a| thresholds "
+        "allocated across layers, down_proj distilled with the thresholds in place), then "
+        "of the attention output, gate/up's and q/k/v's inputs (one share per kind in every "
+        "layer, within what the budget leaves)",
+        quality,
+        extra,
+        folder,
+    )
+
+
+def _input_thresholds(
+    b, art: Dynamic, quality: dict[str, float]
+) -> tuple[Dynamic, dict[str, float], dict[str, float]]:
+    """Thresholds on the inputs of o_proj, gate/up and q/k/v, kind by kind (`input_levels`):
+    the largest share, the same in every layer, that keeps the whole cut within budget on
+    the validation windows and then on the evaluation corpus; each kind's thresholds are
+    measured with the ones chosen before it in place. Returns the artifact, the share per
+    kind (0 where none fits) and the quality of the whole cut. Latency mode skips the weight
+    rows of every input these thresholds zero."""
+    budget = b.s.budget("dynamic")
+    shares: dict[str, float] = {}
+    for kind, levels in b.s.input_levels.items():
+        shares[kind] = 0.0
+        quantiles = _input_quantiles(b, art, kind, sorted(levels, reverse=True))
+        for share, th in quantiles.items():
+            trial = replace(art, **{kind: th})
+            if b.validator.evaluate(b.applied(trial)).ppl_delta > budget:
+                continue
+            desc = f"dynamic + {kind} on eval"
+            q = b.evaluator.evaluate(b.applied(trial), desc=desc).as_dict()
+            if q["ppl_delta"] <= budget:
+                art, shares[kind], quality = trial, share, q
+                break
+    return art, shares, quality
+
+
+@torch.no_grad()
+def _input_quantiles(
+    b, art: Dynamic, kind: str, shares: list[float]
+) -> dict[float, dict[int, float]]:
+    """Per share, per layer: the |x| under which that share of the kind's input falls on
+    calibration text with the artifact in place (20,000 values sampled per window and layer,
+    16 windows)."""
+    gen = torch.Generator().manual_seed(b.s.seed)
+    seen: dict[int, list[torch.Tensor]] = {i: [] for i in range(b.layers)}
+
+    def sample(i: int, _kind: str, x: torch.Tensor) -> None:
+        x = x.abs().flatten()
+        pick = torch.randint(x.numel(), (min(20_000, x.numel()),), generator=gen)
+        seen[i].append(x[pick])
+
+    with b.applied(art), capture_inputs(b.model, sample, [kind]):
+        for ids in b.calib_windows[:16]:
+            b.model(torch.tensor([ids]), use_cache=False)
+    values = {i: torch.cat(v) for i, v in seen.items()}
+    return {
+        share: {i: float(torch.quantile(v, share)) for i, v in values.items()} for share in shares
+    }
+
+
+@torch.no_grad()
+def measured_sparsity(b: Builder, art: Dynamic) -> dict[str, float]:
+    """Per kind (mlp, attn, qkv, gate_up), the share of its input that is zero on evaluation
+    text after the thresholds (0 for a kind without any); one pass counts all."""
+    cut = art.inputs()
+    zeros, total = {k: 0 for k in cut}, {k: 0 for k in cut}
+
+    def count(i: int, kind: str, x: torch.Tensor) -> None:
+        if i in cut[kind]:
+            zeros[kind] += int((x == 0).sum())
+            total[kind] += x.numel()
+
+    # the cut's hooks first, so the counts see the thresholded inputs
+    with dynamic_cut(b.model, art), capture_inputs(b.model, count, cut):
+        for ids in b.eval_windows[:8]:
+            b.model(torch.tensor([ids]), use_cache=False)
+    return {k: zeros[k] / max(1, total[k]) for k in cut}

@@ -1,0 +1,88 @@
+"""The sparse24 tier: 2:4 weights (|W| x ||a|| scores) on the projection groups whose ablation
+keeps the tier within budget, cheapest groups first, confirmed on the evaluation corpus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from zerolayer.artifacts import ATTN_PROJ, MLP_PROJ, save_sparse24
+from zerolayer.collapse.build import Builder
+from zerolayer.collapse.model import decoder_layers
+from zerolayer.collapse.sparse24 import input_norms, linear, mask_24, sparsified
+
+__all__ = ["build_sparse24"]
+
+
+def build_sparse24(b: Builder) -> dict[str, Any]:
+    """2:4 on the projection groups whose ablation keeps the tier in budget."""
+    norms = input_norms(b.model, b.calib_windows[:16])
+    units = [(i, group) for i in range(b.layers) for group in ("mlp", "attn")]
+
+    def expand(chosen: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        return [(i, p) for i, g in chosen for p in (MLP_PROJ if g == "mlp" else ATTN_PROJ)]
+
+    cost = {}
+    for unit in tqdm(units, desc="2:4 sensitivity", unit="group"):
+        cost[unit] = b.validator.evaluate(sparsified(b.model, expand([unit]), norms)).ppl_delta
+    order = sorted(units, key=lambda u: cost[u])
+    lo, hi, best = 0, len(order), 0
+    budget = b.s.budget("sparse24")
+    for _ in tqdm(range(b.s.search_tries + 2), desc="2:4 search", unit="try"):
+        if lo >= hi:
+            break
+        mid = (lo + hi + 1) // 2
+        if (
+            b.validator.evaluate(sparsified(b.model, expand(order[:mid]), norms)).ppl_delta
+            <= budget
+        ):
+            lo, best = mid, mid
+        else:
+            hi = mid - 1
+
+    # Keep the choice only if the evaluation corpus confirms the budget; else search lower.
+    def on_eval(k: int) -> dict[str, float]:
+        cut = sparsified(b.model, expand(order[:k]), norms)
+        return b.evaluator.evaluate(cut, desc="sparse24 on eval").as_dict()
+
+    quality = on_eval(best)
+    if quality["ppl_delta"] > budget:
+        lo, hi, quality = 0, best - 1, on_eval(0)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            q = on_eval(mid)
+            if q["ppl_delta"] <= budget:
+                lo, quality = mid, q
+            else:
+                hi = mid - 1
+        best = lo
+    chosen = expand(order[:best])
+    folder = b.out / "sparse24"
+    layers = decoder_layers(b.model)
+    save_sparse24(
+        folder,
+        {
+            (i, p): (w := linear(layers[i], p).weight.detach()) * mask_24(w, norms[(i, p)])
+            for i, p in chosen
+        },
+    )
+    mlp_total = sum(
+        linear(layer, p).weight.numel() for layer in decoder_layers(b.model) for p in MLP_PROJ
+    )
+    mlp_24 = sum(
+        linear(decoder_layers(b.model)[i], p).weight.numel() for i, p in chosen if p in MLP_PROJ
+    )
+    extra = {
+        "level": {"groups": [f"{i}.{g}" for i, g in order[:best]]},
+        "mlp_weights_24": round(mlp_24 / mlp_total, 5),
+        "projections_24": [f"{i}.{p}" for i, p in chosen],
+        "hardware_sparsity": "2:4 sparse tensor cores on NVIDIA sm80+; dense elsewhere",
+    }
+    return b.card(
+        "sparse24",
+        "2:4 semi-structured weights (|W| x ||a||), chosen groups",
+        quality,
+        extra,
+        folder,
+    )

@@ -1,0 +1,88 @@
+"""HTTP helpers every gateway route uses: the bearer key, the body (size, UTF-8, JSON, schema),
+and the one place an error becomes an HTTP response."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, PayloadTooLarge
+from zerolayer.store.keys import ApiKeyRecord
+
+__all__ = [
+    "KeyLookup",
+    "error_response",
+    "validation_message",
+    "authorise",
+    "read_body",
+    "read_json",
+]
+
+KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    """An APIError as the HTTP response OpenAI clients understand."""
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
+
+
+def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """(message, param) of pydantic's validation errors: the first one, and how many more."""
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body",)]
+    param = ".".join(loc) or None
+    where = f" at '{param}'" if param else ""
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"invalid request body{where}: {first.get('msg', 'invalid value')}{more}", param
+
+
+async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
+    """The key record of a request's bearer key; 401 if missing, unknown or revoked."""
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise AuthenticationFailed(
+            "no API key given: send 'Authorization: Bearer <key>' "
+            "(create one with `zerolayer keys create --plan NAME`)"
+        )
+    record = await lookup_key(key.strip())
+    if record is None or record.revoked:
+        raise AuthenticationFailed("the API key is unknown or revoked")
+    return record
+
+
+async def read_body(request: Request, max_bytes: int) -> str:
+    """The request body as text: 413 over max_bytes, 400 if it is not UTF-8."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    raw = await request.body()
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"the request body is not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from exc
+
+
+async def read_json(request: Request, model: type[BaseModel], max_bytes: int) -> Any:
+    """The body parsed into `model`; OpenAI-format 400/413 errors otherwise."""
+    text = await read_body(request, max_bytes)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = validation_message(list(exc.errors()))
+        raise InvalidRequest(message, param=param) from exc

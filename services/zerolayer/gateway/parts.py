@@ -1,0 +1,78 @@
+"""What a gateway replica works with: the Backend it sends requests to (Ray Serve handles, or
+in-process objects in tests) and the other parts its routes share."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from zerolayer.config import PlatformConfig
+from zerolayer.gateway.http import KeyLookup
+from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.metrics import Metrics
+from zerolayer.protocol import (
+    ChunkOptions,
+    Chunks,
+    End,
+    Failed,
+    Prompt,
+    PromptInput,
+    ReplicaEvent,
+    SamplingSpec,
+    Target,
+)
+from zerolayer.store.keys import KeyStore
+
+__all__ = ["Backend", "GatewayParts", "HealthCheck", "chunked", "prompt_ids"]
+
+HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class Backend(Protocol):
+    """Where the gateway sends a request once it is authorised and parsed: the tokenfix and
+    chunker steps and the tier replicas. Every answer is a value of zerolayer.protocol."""
+
+    async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
+        """tokenfix: the prompt's token ids."""
+
+    async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
+        """chunker: complete chunks of text and where its unconsumed rest starts."""
+
+    def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+        """Events of one request: Start, Delta..., End, or Failed."""
+
+    async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
+        """The final event of one request, with the whole text."""
+
+    async def cards(self) -> dict[Target, dict[str, Any]]:
+        """Tier cards of the served tiers that answered."""
+
+
+@dataclass
+class GatewayParts:
+    """What one gateway replica works with."""
+
+    backend: Backend
+    lookup_key: KeyLookup
+    config: PlatformConfig
+    health: HealthCheck
+    limiter: Limiter
+    metrics: Metrics
+    keys: KeyStore | None = None  # the admin API's key store (synchronous; admin calls are rare)
+
+
+async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:
+    """tokenfix's token ids for a prompt; its error raised as an APIError."""
+    ev = await backend.prepare(model, req)
+    if isinstance(ev, Failed):
+        ev.raise_()
+    return ev.token_ids
+
+
+async def chunked(backend: Backend, model: str, text: str, options: ChunkOptions) -> Chunks:
+    """The chunker's chunks of text; its error raised as an APIError."""
+    ev = await backend.chunk(model, text, options)
+    if isinstance(ev, Failed):
+        ev.raise_()
+    return ev

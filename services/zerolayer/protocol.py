@@ -1,0 +1,217 @@
+"""What crosses a Ray Serve handle between deployments, as types.
+
+The request path is one-way (gateway -> tokenfix -> chunker -> replica -> gateway), and each hop
+passes small dataclasses (slots, no dicts tagged by strings; the requests frozen, the answers
+plain, which unpickle faster), so they pickle cheaply and a reader sees every field:
+
+  gateway  -> tokenfix   PromptInput                    -> Prompt | Failed
+  gateway  -> chunker    text + ChunkOptions            -> Chunks | Failed
+  gateway  -> replica    SamplingSpec (the prepared request: token ids, sampling, max_tokens
+                         decided once, in the gateway)  -> Start, Delta..., End | Failed
+  every hop is addressed by a Target (model, tier, and whether the tier's short-request group).
+
+An error crosses as one value, `Failed(error=ErrorValue)`, never as an exception or a JSON body;
+the gateway turns it into an HTTP response in one place (its APIError handler). A `Failed` before
+`Start` means nothing was generated; after it, the stream stops there.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from zerolayer.errors import APIError, openai_error_body
+
+__all__ = [
+    "Target",
+    "SamplingSpec",
+    "PromptInput",
+    "Prompt",
+    "ChunkOptions",
+    "Chunk",
+    "Chunks",
+    "ErrorValue",
+    "Failed",
+    "Start",
+    "Delta",
+    "End",
+    "ReplicaEvent",
+]
+
+
+class _Value:
+    """Base of the hop values: pickled as their class and their field values in order, a tuple
+    read by one C call (the dataclass default, a state dict set field by field, measured about
+    twice as slow; benchmarks/protocol.py)."""
+
+    __slots__ = ()
+    _fields: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names = cls.__dict__.get("__slots__", ())
+        if names:  # the class dataclass(slots=True) makes, with its fields as slots
+            get = operator.attrgetter(*names)
+            cls._fields = staticmethod(get if len(names) > 1 else lambda v: (get(v),))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), type(self)._fields(self)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Target(_Value):
+    """A served tier: '<model>:<tier>', and `short` for its short-request replica group."""
+
+    model: str
+    tier: str
+    short: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.model}:{self.tier}"
+
+    @classmethod
+    def parse(cls, model_id: str) -> Target:
+        """A '<model>:<tier>' id (ValueError without the tier)."""
+        model, _, tier = model_id.partition(":")
+        if not model or not tier:
+            raise ValueError(f"{model_id!r} is not '<model>:<tier>'")
+        return cls(model, tier)
+
+    def group(self, short: bool) -> Target:
+        """The same tier's short-request group (short) or its main one."""
+        return Target(self.model, self.tier, short)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSpec(_Value):
+    """The prepared request a replica runs: prompt token ids and sampling, with max_tokens
+    decided once, in the gateway (engine-neutral; every engine takes it as it is)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptInput(_Value):
+    """What tokenfix turns into token ids: chat messages ({"role", "content"}) or a completion
+    prompt (text, or token ids to check)."""
+
+    messages: list[dict[str, str]] | None = None
+    prompt: str | list[int] | None = None
+
+
+@dataclass(slots=True)
+class Prompt(_Value):
+    """tokenfix's answer: the cleaned, templated and tokenized prompt."""
+
+    token_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkOptions(_Value):
+    """How the chunker cuts: chunk size and overlap in tokens (None: its configured ones), and
+    whether the text is complete (`final`) or more of it will follow."""
+
+    chunk_tokens: int | None = None
+    overlap_tokens: int | None = None
+    final: bool = True
+
+
+@dataclass(slots=True)
+class Chunk(_Value):
+    """text[start:end] of the chunked text, `tokens` tokens long."""
+
+    text: str
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(slots=True)
+class Chunks(_Value):
+    """The chunker's answer: complete chunks, and where the unconsumed rest of the text starts."""
+
+    chunks: list[Chunk]
+    rest: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorValue(_Value):
+    """An OpenAI-format error as a value: what an APIError raised on another hop becomes."""
+
+    status: int
+    type: str
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+    @classmethod
+    def of(cls, exc: APIError) -> ErrorValue:
+        """The value of an APIError."""
+        return cls(exc.status_code, exc.error_type, exc.message, exc.param, exc.code)
+
+    def exception(self) -> APIError:
+        """The APIError this value describes (for the gateway to raise)."""
+        exc = APIError(self.message, param=self.param, code=self.code)
+        exc.status_code = self.status
+        exc.error_type = self.type
+        return exc
+
+    def body(self) -> dict[str, Any]:
+        """{"error": {...}} as the OpenAI API returns it (in-band, mid-stream)."""
+        return openai_error_body(self.message, self.type, self.param, self.code)
+
+
+@dataclass(slots=True)
+class Failed(_Value):
+    """A hop failed; a replica also says how many tokens were used before it did."""
+
+    error: ErrorValue
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @classmethod
+    def of(cls, exc: APIError, prompt_tokens: int = 0, completion_tokens: int = 0) -> Failed:
+        """A failure from an APIError."""
+        return cls(ErrorValue.of(exc), prompt_tokens, completion_tokens)
+
+    def raise_(self) -> NoReturn:
+        """Raise the error as an APIError."""
+        raise self.error.exception()
+
+
+@dataclass(slots=True)
+class Start(_Value):
+    """A replica accepted the request: the prompt it reads."""
+
+    prompt_tokens: int
+
+
+@dataclass(slots=True)
+class Delta(_Value):
+    """New output text and how many tokens it took."""
+
+    text: str
+    tokens: int
+
+
+@dataclass(slots=True)
+class End(_Value):
+    """The request finished: why, the tokens used, and the seconds from the first token to the
+    end (the gateway subtracts them to measure the queue wait). `text` is the whole output when
+    the request was run whole (complete), empty when it was streamed."""
+
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    decode_s: float = 0.0
+    text: str = ""
+
+
+ReplicaEvent = Start | Delta | End | Failed

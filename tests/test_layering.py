@@ -1,0 +1,157 @@
+"""The package layering rule, checked on the source: every import of every module (at module
+level, inside functions, and under TYPE_CHECKING) is an edge; serving never reaches the compiler,
+the artifacts package is a leaf, and no modules import each other in a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import zerolayer
+
+ROOT = Path(zerolayer.__file__).parent
+SERVING = ("engines", "replicas", "gateway", "tokenfix", "chunker", "store", "artifacts")
+# the only modules outside the compiler that may call it: the launcher's one entry, and the CLI
+COMPILER_CALLERS = ("zerolayer.serve.launcher", "zerolayer.cli")
+
+
+def _module(path: Path) -> str:
+    parts = ["zerolayer", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _exists(name: str) -> bool:
+    rel = Path(*name.split(".")[1:]) if "." in name else Path()
+    return (ROOT / rel).with_suffix(".py").exists() or (ROOT / rel / "__init__.py").exists()
+
+
+def _edges(path: Path) -> set[str]:
+    """The zerolayer modules a file imports (a name imported from a package is its submodule
+    when one exists by that name)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("zerolayer")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("zerolayer"):
+            base = node.module or ""
+            subs = {f"{base}.{a.name}" for a in node.names if _exists(f"{base}.{a.name}")}
+            out |= subs or {base}
+            if len(subs) < len(node.names):
+                out.add(base)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module(p): _edges(p) for p in ROOT.rglob("*.py")}
+
+
+# docs/architecture.md's table: a package imports its own layer's packages or lower ones
+LAYERS = {
+    "errors": 0,
+    "artifacts": 1,
+    "protocol": 1,
+    "config": 2,
+    "engines": 3,
+    "store": 3,
+    "tokenfix": 3,
+    "chunker": 3,
+    "models": 3,
+    "replicas": 4,
+    "gateway": 4,
+    "collapse": 5,
+    "serve": 6,
+    "cli": 6,
+}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_packages_import_only_their_layer_or_lower() -> None:
+    graph = _graph()
+    assert {_package(m) for m in graph} - {""} <= set(LAYERS), "a new package needs a layer"
+    bad = [
+        f"{mod} imports {dep}"
+        for mod, deps in graph.items()
+        for dep in deps
+        if _package(mod) and _package(dep) and LAYERS[_package(dep)] > LAYERS[_package(mod)]
+    ]
+    assert bad == []
+
+
+def test_the_walker_sees_known_imports() -> None:
+    graph = _graph()
+    assert "zerolayer.protocol" in graph["zerolayer.gateway.flow"]
+    assert "zerolayer.collapse.missing" in graph["zerolayer.collapse"]
+    assert "zerolayer.engines.torch_engine.kernels" in graph["zerolayer.engines.torch_engine.model"]
+
+
+def test_serving_never_imports_the_compiler() -> None:
+    bad = [
+        f"{mod} imports {dep}"
+        for mod, deps in _graph().items()
+        for dep in deps
+        if dep.startswith("zerolayer.collapse")
+        and not mod.startswith("zerolayer.collapse")
+        and (mod.split(".")[1] in SERVING or mod not in COMPILER_CALLERS)
+    ]
+    assert bad == []
+
+
+def test_artifacts_is_a_leaf() -> None:
+    allowed = ("zerolayer.artifacts", "zerolayer.errors")
+    bad = [
+        f"{mod} imports {dep}"
+        for mod, deps in _graph().items()
+        if mod.startswith("zerolayer.artifacts")
+        for dep in deps
+        if not dep.startswith(allowed)
+    ]
+    assert bad == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
