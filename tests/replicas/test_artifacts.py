@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zerolayer.collapse import build_missing, missing_kinds
+from zerolayer.collapse import BuildProgress, build_missing, missing_kinds
 from zerolayer.config import PlatformConfig, RedisConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.replicas.artifacts import require_artifact, tier_card
@@ -63,7 +63,10 @@ def test_missing_tier_artifacts_are_built_once_then_reused(
     shutil.rmtree(root / MODEL / "sparse24")
     cfg = _cfg(base_config, root)
     assert missing_kinds(cfg, MODEL) == ["sparse24"]
-    assert build_missing(cfg, MODEL) == ["sparse24"]
+    steps: list[BuildProgress] = []
+    assert build_missing(cfg, MODEL, steps.append) == ["sparse24"]
+    assert [(p.kind, p.step) for p in steps] == [(None, "start"), ("sparse24", "done")]
+    assert "sparse24 ppl" in steps[-1].message
     card = tier_card(cfg, MODEL, "sparse24")
     assert card["artifact"] == "sparse24" and card["quality"]["ppl_delta"] <= 0.10
     stamp = (root / MODEL / "sparse24" / "tier_card.json").stat().st_mtime_ns

@@ -80,8 +80,8 @@ class LlamaModel:
     """Weights on a device (or offloaded), rotary tables, and the two forward passes.
 
     `thresholds` maps (layer, input) to latency mode's |x| threshold on that projection input,
-    named as collapse.model.projections names them: mlp (down_proj's), attn (o_proj's), qkv and
-    gate_up."""
+    by the input kinds of zerolayer.artifacts (INPUT_KINDS): mlp (down_proj's), attn (o_proj's),
+    qkv and gate_up."""
 
     def __init__(
         self,

@@ -1,0 +1,55 @@
+"""The platform as data: one pydantic config, loaded once from platform/ files, then environment
+variables, then CLI flags, and passed down. No other module reads os.environ.
+
+  models.py           served models, their tiers and the collapse compiler's settings
+  plans.py            customer plans: tiers, prices, limits, priority
+  services.py         Redis, Ray, gateway, tokenfix, chunker, the torch engine's kernels
+  platform_config.py  PlatformConfig, the whole
+  loader.py           load_config: files, then environment, then flags
+"""
+
+from zerolayer.config.loader import default_cache_dir, default_platform_dir, load_config
+from zerolayer.config.models import (
+    ENGINE_ARTIFACTS,
+    ActorOptions,
+    AutoscalingConfig,
+    CollapseConfig,
+    ModelConfig,
+    ModelSource,
+    ShortRequests,
+    TierConfig,
+)
+from zerolayer.config.plans import PlanConfig, PlanLimits, TierPrice
+from zerolayer.config.platform_config import PlatformConfig
+from zerolayer.config.services import (
+    ChunkerConfig,
+    GatewayConfig,
+    KernelConfig,
+    RayConfig,
+    RedisConfig,
+    TokenfixConfig,
+)
+
+__all__ = [
+    "ENGINE_ARTIFACTS",
+    "ModelSource",
+    "AutoscalingConfig",
+    "ActorOptions",
+    "ShortRequests",
+    "TierConfig",
+    "CollapseConfig",
+    "ModelConfig",
+    "TierPrice",
+    "PlanLimits",
+    "PlanConfig",
+    "RedisConfig",
+    "RayConfig",
+    "GatewayConfig",
+    "ChunkerConfig",
+    "TokenfixConfig",
+    "KernelConfig",
+    "PlatformConfig",
+    "default_platform_dir",
+    "default_cache_dir",
+    "load_config",
+]

@@ -1,0 +1,116 @@
+"""Settings of the platform's own parts: Redis, Ray, the gateway, tokenfix, the chunker and the
+torch engine's compiled kernels (serve/*.yaml)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from zerolayer.config.base import Strict
+
+__all__ = [
+    "RedisConfig",
+    "RayConfig",
+    "GatewayConfig",
+    "ChunkerConfig",
+    "TokenfixConfig",
+    "KernelConfig",
+]
+
+
+class RedisConfig(Strict):
+    """Redis: an external URL, or an embedded redis-server started by the platform."""
+
+    url: str | None = Field(default=None, description="External Redis (REDIS_URL); None = embedded")
+    embedded_port: int = Field(default=6390, description="Port of the embedded redis-server")
+    data_dir: str | None = Field(
+        default=None, description="Embedded Redis data dir; default <cache>/redis"
+    )
+
+
+class RayConfig(Strict):
+    """How the local Ray instance is started."""
+
+    address: str | None = Field(default=None, description="Existing Ray cluster; None = start one")
+    num_cpus: int | None = Field(default=None, description="Logical CPUs of a started Ray")
+    throughput_optimized: bool = Field(
+        default=True,
+        description="Start Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (direct ingress, gRPC "
+        "between deployments); measured in docs/benchmarks.md",
+    )
+
+
+class GatewayConfig(Strict):
+    """The gateway deployment."""
+
+    replicas: int = Field(default=1, ge=1, description="Gateway replicas")
+    num_cpus: float = Field(default=0.5, ge=0, description="Logical CPUs per gateway replica")
+    max_ongoing_requests: int = Field(default=256, ge=1, description="Requests per replica")
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="max_tokens when a request does not set it"
+    )
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body")
+    admin_key_sha256: str | None = Field(
+        default=None,
+        description="SHA-256 of the admin key that guards /admin; set by the launcher from "
+        "ZEROLAYER_ADMIN_KEY or <cache>/admin-key (None: /admin is closed)",
+    )
+    queue_wait_threshold_ms: float = Field(
+        default=800.0,
+        gt=0,
+        description="Admission control: above this measured queue wait of a tier, the lowest "
+        "plan priorities are shed (each further multiple sheds the next priority)",
+    )
+    queue_wait_window_s: float = Field(
+        default=10.0, gt=0, description="Admission control: how far back waits are measured"
+    )
+    concurrency_lease_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A concurrency slot whose gateway died is freed after this long",
+    )
+
+
+class ChunkerConfig(Strict):
+    """The chunker deployment: token-exact splitting of long inputs."""
+
+    chunk_tokens: int = Field(default=512, ge=8, description="Tokens per chunk")
+    overlap_tokens: int = Field(default=0, ge=0, description="Tokens repeated between chunks")
+    max_chunks: int = Field(default=1024, ge=1, description="Most chunks one request may make")
+    summary_tokens: int = Field(
+        default=128, ge=8, description="map-reduce: max_tokens of each partial summary"
+    )
+    num_cpus: float = Field(default=0.25, ge=0, description="Logical CPUs per replica")
+
+    @model_validator(mode="after")
+    def _overlap_below_chunk(self) -> ChunkerConfig:
+        if self.overlap_tokens >= self.chunk_tokens:
+            raise ValueError(
+                f"overlap_tokens {self.overlap_tokens} must be below chunk_tokens "
+                f"{self.chunk_tokens}"
+            )
+        return self
+
+
+class TokenfixConfig(Strict):
+    """The tokenfix deployment: normalisation, chat template, exact token counts."""
+
+    replicas: int = Field(default=1, ge=1, description="Replicas")
+    num_cpus: float = Field(default=0.25, ge=0, description="Logical CPUs per replica")
+    in_gateway: bool = Field(
+        default=False,
+        description="Run tokenfix inside each gateway replica instead of as its own deployment "
+        "(one handle call less per request; docs/benchmarks.md measures both)",
+    )
+
+
+class KernelConfig(Strict):
+    """The torch engine's compiled CPU kernels (latency mode and the single-stream decode step),
+    built at first use with a C compiler. Without one, tiers serve through torch ops and their
+    tier card says so."""
+
+    enabled: bool = Field(default=True, description="Build and use the compiled kernels")
+    cc: str | None = Field(default=None, description="C compiler (CC); None: cc or gcc from PATH")
+    cflags: list[str] = Field(
+        default_factory=lambda: ["-O3", "-march=native"],
+        description="Optimisation flags (OpenMP and shared-library flags are always added)",
+    )
