@@ -16,6 +16,7 @@ __all__ = [
     "ModelNotFound",
     "ContextLengthExceeded",
     "PayloadTooLarge",
+    "RequestTimeout",
     "RetryLater",
     "RateLimited",
     "Overloaded",
@@ -102,6 +103,13 @@ class PayloadTooLarge(InvalidRequest):
 
     status_code = 413
     code = "request_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    """The client sent its body too slowly."""
+
+    status_code = 408
+    code = "request_timeout"
 
 
 class RetryLater(APIError):

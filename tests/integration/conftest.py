@@ -14,6 +14,7 @@ from zerolayer.serve.launcher import Platform
 from tests.conftest import free_port, setup_budget
 
 ADMIN_KEY = "zla-integration-admin"
+BODY_TIMEOUT_S = 3.0
 TIGHT = PlanConfig(
     tiers=["baseline", "masked", "sparse24"],
     default_tier="masked",
@@ -47,6 +48,8 @@ def platform(
             # the default runs tokenfix inside the gateway; here it is its own deployment, so
             # the platform tests cover that path (unit tests cover the same code in-process)
             "tokenfix": base_config.tokenfix.model_copy(update={"in_gateway": False}),
+            # a short body timeout, so the slow-body test waits seconds, not the default 30
+            "gateway": base_config.gateway.model_copy(update={"body_timeout_s": BODY_TIMEOUT_S}),
         }
     )
     with setup_budget(2400):

@@ -1,8 +1,11 @@
 """End to end through the started platform: admin API, limits, settlement on disconnect,
-/v1/chunks, /metrics (tokenfix and chunker run as their own deployments)."""
+/v1/chunks, /metrics, slow and oversized bodies (tokenfix and chunker run as their own
+deployments)."""
 
 from __future__ import annotations
 
+import select
+import socket
 import time
 
 import httpx
@@ -10,7 +13,7 @@ import pytest
 import redis
 from zerolayer.serve.launcher import Platform
 
-from tests.integration.conftest import ADMIN_KEY
+from tests.integration.conftest import ADMIN_KEY, BODY_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +120,72 @@ def test_a_long_prompt_is_summarised_by_the_real_model_when_asked(platform: Plat
     assert job["chunks"] >= 5 and job["calls"] >= job["chunks"]
     assert out["choices"][0]["message"]["content"].strip()
     assert out["usage"]["prompt_tokens"] > job["prompt_tokens"] >= 2048
+
+
+def _response(sock: socket.socket) -> str:
+    """One whole HTTP response from a raw socket (headers, then content-length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(65536)
+        if not piece:
+            return data.decode(errors="replace")
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        body += piece
+    return (head + b"\r\n\r\n" + body).decode(errors="replace")
+
+
+def test_a_slow_body_gets_408_and_the_gateway_keeps_serving(platform: Platform) -> None:
+    key = new_key(platform, "pro")["key"]
+    with socket.create_connection((platform.cfg.host, platform.cfg.port), timeout=60) as sock:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {key}\r\ncontent-type: application/json\r\n"
+            "content-length: 100\r\n\r\n"
+        )
+        t0 = time.monotonic()
+        sock.sendall(head.encode() + b'{"model": ')  # and then nothing more
+        reply = _response(sock)
+        waited = time.monotonic() - t0
+    assert reply.startswith("HTTP/1.1 408"), reply[:200]
+    assert "request_timeout" in reply
+    assert BODY_TIMEOUT_S - 0.5 < waited < BODY_TIMEOUT_S + 20
+    assert httpx.get(root(platform) + "/healthz", timeout=30).status_code == 200
+
+
+def test_an_oversized_chunked_body_is_refused_while_it_is_read(platform: Platform) -> None:
+    key = new_key(platform, "pro")["key"]
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {key}\r\ncontent-type: application/json\r\n"
+        "transfer-encoding: chunked\r\n\r\n"
+    )
+    piece = b"100000\r\n" + b" " * (1 << 20) + b"\r\n"  # 1 MiB per chunk, no declared length
+    sent = 0
+    with socket.create_connection((platform.cfg.host, platform.cfg.port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        for _ in range(64):  # up to 64 MiB, until the gateway answers
+            if select.select([sock], [], [], 0)[0]:
+                break
+            try:
+                sock.sendall(piece)
+            except OSError:  # the gateway stopped reading or closed: it has answered
+                break
+            sent += 1 << 20
+        sock.settimeout(30)
+        reply = _response(sock)
+    assert reply.startswith("HTTP/1.1 413"), reply[:200]
+    assert "request_too_large" in reply
+    assert sent < 32 << 20, sent  # refused long before the whole body was sent

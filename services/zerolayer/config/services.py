@@ -49,6 +49,9 @@ class GatewayConfig(Strict):
         default=256, ge=1, description="max_tokens when a request does not set it"
     )
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body")
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest a client may take to send a request body (408)"
+    )
     admin_key_sha256: str | None = Field(
         default=None,
         description="SHA-256 of the admin key that guards /admin; set by the launcher from "

@@ -32,7 +32,7 @@ def admin_router(parts: GatewayParts) -> APIRouter:
     """Routes of the admin API."""
     router = APIRouter(prefix="/admin")
     cfg = parts.config
-    max_bytes = cfg.gateway.max_body_bytes
+    max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
 
     def guard(request: Request) -> KeyStore:
         expected = cfg.gateway.admin_key_sha256
@@ -65,7 +65,7 @@ def admin_router(parts: GatewayParts) -> APIRouter:
     @router.post("/keys", status_code=201, openapi_extra=body_schema(CreateKeyRequest))
     async def create_key(request: Request) -> JSONResponse:
         store = guard(request)
-        body = await read_json(request, CreateKeyRequest, max_bytes)
+        body = await read_json(request, CreateKeyRequest, max_bytes, timeout)
         key, record = await call(store.create, plan_of(body.plan), body.name)
         return JSONResponse({"key": key, **record.public()}, status_code=201)
 
@@ -85,7 +85,7 @@ def admin_router(parts: GatewayParts) -> APIRouter:
     @router.patch("/keys/{key_id}", openapi_extra=body_schema(ChangePlanRequest))
     async def change_plan(request: Request, key_id: str) -> dict[str, Any]:
         store = guard(request)
-        body = await read_json(request, ChangePlanRequest, max_bytes)
+        body = await read_json(request, ChangePlanRequest, max_bytes, timeout)
         return (await call(store.set_plan, key_id, plan_of(body.plan))).public()
 
     return router

@@ -70,17 +70,20 @@ def create_app(parts: GatewayParts) -> FastAPI:
         body = openai_error_body(f"internal error ({type(exc).__name__})", "server_error")
         return JSONResponse(body, status_code=500)
 
-    max_bytes = cfg.gateway.max_body_bytes
+    max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
 
     @app.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         record = await authorise(request, parts.lookup_key)
-        return await flow(await read_json(request, ChatCompletionRequest, max_bytes), record)
+        return await flow(
+            await read_json(request, ChatCompletionRequest, max_bytes, timeout), record
+        )
 
     @app.post("/v1/completions", openapi_extra=body_schema(CompletionRequest))
     async def completions(request: Request) -> Response:
         record = await authorise(request, parts.lookup_key)
-        return await flow(await read_json(request, CompletionRequest, max_bytes), record)
+        body = await read_json(request, CompletionRequest, max_bytes, timeout)
+        return await flow(body, record)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

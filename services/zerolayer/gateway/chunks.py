@@ -27,6 +27,7 @@ from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
 from zerolayer.protocol import Chunk, ChunkOptions
+from zerolayer.store.keys import ApiKeyRecord
 
 __all__ = ["chunks_router"]
 
@@ -45,8 +46,9 @@ def _chunk_object(index: int, input_index: int, base: int, c: Chunk) -> dict[str
     }
 
 
-def _query_options(request: Request) -> tuple[str, dict[str, int]]:
-    """The model and chunk options of a text/plain body, from the query string."""
+def _query_options(request: Request, default_chunk: int) -> tuple[str, dict[str, int]]:
+    """The model and chunk options of a text/plain body, from the query string; 400 before the
+    response starts when they do not fit together."""
     q = request.query_params
     model = q.get("model")
     if not model:
@@ -62,6 +64,11 @@ def _query_options(request: Request) -> tuple[str, dict[str, int]]:
         ChunksRequest(model=model, input="x", **options)  # same bounds as the JSON body
     except ValueError as exc:
         raise InvalidRequest(f"invalid chunk options: {exc}") from exc
+    n, overlap = options.get("chunk_tokens", default_chunk), options.get("overlap_tokens", 0)
+    if overlap >= n:
+        raise InvalidRequest(
+            f"overlap_tokens ({overlap}) must be below chunk_tokens ({n})", param="overlap_tokens"
+        )
     return model, options
 
 
@@ -84,8 +91,10 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     router = APIRouter()
     cfg = parts.config
 
-    async def admitted(request: Request, model_id: str) -> tuple[str, Any]:
-        record = await authorise(request, parts.lookup_key)
+    async def admitted(
+        request: Request, model_id: str, record: ApiKeyRecord | None = None
+    ) -> tuple[str, Any]:
+        record = record or await authorise(request, parts.lookup_key)
         target = catalog.resolve(model_id, record.plan)
         # chunking is free, but it counts as a request and holds a concurrency slot
         return target.model, await flow.limit(record, request_id(), 0, 0)
@@ -93,14 +102,17 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
     async def chunks(request: Request) -> Response:
         if request.headers.get("content-type", "").startswith("text/plain"):
-            model_id, options = _query_options(request)
+            model_id, options = _query_options(request, cfg.chunker.chunk_tokens)
             model, reservation = await admitted(request, model_id)
             return _DuplexResponse(
                 _streamed(parts, request, model, options, reservation, flow),
                 media_type="application/x-ndjson",
             )
-        body = await read_json(request, ChunksRequest, cfg.gateway.max_body_bytes)
-        model, reservation = await admitted(request, body.model)
+        record = await authorise(request, parts.lookup_key)  # the key first, then the body
+        body = await read_json(
+            request, ChunksRequest, cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
+        )
+        model, reservation = await admitted(request, body.model, record)
         try:
             data: list[dict[str, Any]] = []
             options = ChunkOptions(body.chunk_tokens, body.overlap_tokens)

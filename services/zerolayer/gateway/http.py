@@ -3,6 +3,7 @@ and the one place an error becomes an HTTP response."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,7 +12,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, PayloadTooLarge
+from zerolayer.errors import (
+    APIError,
+    AuthenticationFailed,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 from zerolayer.store.keys import ApiKeyRecord
 
 __all__ = [
@@ -56,14 +63,27 @@ async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
     return record
 
 
-async def read_body(request: Request, max_bytes: int) -> str:
-    """The request body as text: 413 over max_bytes, 400 if it is not UTF-8."""
+async def _capped(request: Request, max_bytes: int) -> bytes:
+    """The body, read piece by piece: 413 as soon as it passes max_bytes (a chunked body that
+    declares no length is never held whole)."""
+    raw = bytearray()
+    async for piece in request.stream():
+        raw += piece
+        if len(raw) > max_bytes:
+            raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    return bytes(raw)
+
+
+async def read_body(request: Request, max_bytes: int, timeout_s: float = 30.0) -> str:
+    """The request body as text: 413 over max_bytes (declared or while reading), 408 when the
+    client takes longer than timeout_s to send it, 400 if it is not UTF-8."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
-    raw = await request.body()
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    try:
+        raw = await asyncio.wait_for(_capped(request, max_bytes), timeout_s)
+    except asyncio.TimeoutError as exc:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from exc
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -72,13 +92,17 @@ async def read_body(request: Request, max_bytes: int) -> str:
         ) from exc
 
 
-async def read_json(request: Request, model: type[BaseModel], max_bytes: int) -> Any:
-    """The body parsed into `model`; OpenAI-format 400/413 errors otherwise."""
-    text = await read_body(request, max_bytes)
+async def read_json(
+    request: Request, model: type[BaseModel], max_bytes: int, timeout_s: float = 30.0
+) -> Any:
+    """The body parsed into `model`; OpenAI-format 400/408/413 errors otherwise."""
+    text = await read_body(request, max_bytes, timeout_s)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object")
     try:

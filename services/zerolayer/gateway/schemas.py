@@ -1,5 +1,7 @@
 """OpenAI request bodies the gateway accepts. Unknown fields are ignored, as OpenAI's API does
-for fields it does not know of newer clients; wrong types and out-of-range values are 400s."""
+for fields it does not know of newer clients; wrong types and out-of-range values are 400s.
+Numbers and booleans are strict: "2" or true is not a token count. Fields the tiers cannot honour
+(logprobs) are refused, not silently dropped."""
 
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ class _Body(BaseModel):
 class StreamOptions(_Body):
     """Options of a streamed response."""
 
-    include_usage: bool = Field(default=False, description="Send a last chunk with usage")
+    include_usage: bool = Field(
+        default=False, strict=True, description="Send a last chunk with usage"
+    )
 
 
 class _TextPart(_Body):
@@ -51,20 +55,40 @@ class ChatMessage(_Body):
         return "".join(p.text for p in self.content)
 
 
-MaxTokens = Annotated[int, Field(ge=1, le=1_000_000)]
+MaxTokens = Annotated[int, Field(ge=1, le=1_000_000, strict=True)]
+_UNSERVED = (None, False, 0)
 
 
 class _Sampling(_Body):
     model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>'")
     max_tokens: MaxTokens | None = Field(default=None, description="Upper bound of new tokens")
-    temperature: float = Field(default=1.0, ge=0, le=2, description="Sampling temperature")
-    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass")
-    n: int = Field(default=1, ge=1, le=1, description="Choices per request (only 1 is served)")
-    seed: int | None = Field(default=None, description="Sampling seed")
+    temperature: float = Field(
+        default=1.0, ge=0, le=2, strict=True, description="Sampling temperature"
+    )
+    top_p: float = Field(default=1.0, gt=0, le=1, strict=True, description="Nucleus sampling mass")
+    n: int = Field(
+        default=1, ge=1, le=1, strict=True, description="Choices per request (only 1 is served)"
+    )
+    seed: int | None = Field(
+        default=None,
+        ge=-(2**63),
+        le=2**63 - 1,
+        strict=True,
+        description="Sampling seed (a signed 64-bit integer)",
+    )
+    logprobs: Any = Field(default=None, description="Not served: only null, false or 0")
+    top_logprobs: Any = Field(default=None, description="Not served: only null or 0")
     stop: str | list[str] | None = Field(default=None, description="Up to 4 stop strings")
     stream: bool = Field(default=False, strict=True, description="Reply as server-sent events")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options")
     user: str | None = Field(default=None, description="End-user id, for the customer's records")
+
+    @field_validator("logprobs", "top_logprobs")
+    @classmethod
+    def _no_logprobs(cls, v: Any) -> Any:
+        if v not in _UNSERVED or isinstance(v, float):
+            raise ValueError("log probabilities are not served by zerolayer's tiers")
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -138,10 +162,18 @@ class ChunksRequest(_Body):
     model: str = Field(min_length=1, description="Whose tokenizer counts: '<model>[:<tier>]'")
     input: str | list[str] = Field(description="A text, or a list of texts")
     chunk_tokens: int | None = Field(
-        default=None, ge=8, le=32768, description="Tokens per chunk (default: the platform's)"
+        default=None,
+        ge=8,
+        le=32768,
+        strict=True,
+        description="Tokens per chunk (default: the platform's)",
     )
     overlap_tokens: int | None = Field(
-        default=None, ge=0, le=32767, description="Tokens repeated at the start of the next chunk"
+        default=None,
+        ge=0,
+        le=32767,
+        strict=True,
+        description="Tokens repeated at the start of the next chunk",
     )
 
     @field_validator("input")
