@@ -17,7 +17,6 @@ the gateway turns it into an HTTP response in one place (its APIError handler). 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -41,22 +40,14 @@ __all__ = [
 
 
 class _Value:
-    """Base of the hop values: pickled as their class and their field values in order, a tuple
-    read by one C call (the dataclass default, a state dict set field by field, measured about
-    twice as slow; benchmarks/protocol.py)."""
+    """Base of the hop values: pickled as their class and their field values in order (the
+    dataclass default, a state dict set field by field, measured slower; benchmarks/protocol.py).
+    The fields are the slots dataclass(slots=True) makes, in declaration order."""
 
     __slots__ = ()
-    _fields: Any = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        names = cls.__dict__.get("__slots__", ())
-        if names:  # the class dataclass(slots=True) makes, with its fields as slots
-            get = operator.attrgetter(*names)
-            cls._fields = staticmethod(get if len(names) > 1 else lambda v: (get(v),))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return type(self), type(self)._fields(self)
+        return type(self), tuple(getattr(self, name) for name in self.__slots__)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -69,14 +60,6 @@ class Target(_Value):
 
     def __str__(self) -> str:
         return f"{self.model}:{self.tier}"
-
-    @classmethod
-    def parse(cls, model_id: str) -> Target:
-        """A '<model>:<tier>' id (ValueError without the tier)."""
-        model, _, tier = model_id.partition(":")
-        if not model or not tier:
-            raise ValueError(f"{model_id!r} is not '<model>:<tier>'")
-        return cls(model, tier)
 
     def group(self, short: bool) -> Target:
         """The same tier's short-request group (short) or its main one."""

@@ -11,6 +11,7 @@ from typing import Any
 from zerolayer.engines.base import Engine
 from zerolayer.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from zerolayer.protocol import Delta, End, Failed, ReplicaEvent, SamplingSpec, Start
+from zerolayer.tokenfix.prompt import check_token_ids
 
 __all__ = ["TierReplica"]
 
@@ -36,11 +37,7 @@ class TierReplica:
         ids = spec.prompt_token_ids
         if not ids:
             raise InvalidRequest("the prompt is empty", param="prompt")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidRequest(
-                f"prompt token ids out of range [0, {self.vocab_size}): {bad[:5]}", param="prompt"
-            )
+        check_token_ids(ids, self.vocab_size)
         if spec.max_tokens < 1 or len(ids) + spec.max_tokens > self.max_model_len:
             raise ContextLengthExceeded(
                 f"this model's context is {self.max_model_len} tokens; the prompt has "

@@ -7,7 +7,16 @@ from typing import Any
 
 from zerolayer.errors import InvalidRequest
 
-__all__ = ["PromptBuilder"]
+__all__ = ["PromptBuilder", "check_token_ids"]
+
+
+def check_token_ids(ids: list[int], vocab: int) -> None:
+    """InvalidRequest when a token id is outside the vocabulary [0, vocab)."""
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise InvalidRequest(
+            f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param="prompt"
+        )
 
 
 class PromptBuilder:
@@ -39,10 +48,5 @@ class PromptBuilder:
         """Token ids of a raw completion prompt (text, or ids passed through after a check)."""
         if isinstance(prompt, str):
             return list(self.tokenizer.encode(prompt, add_special_tokens=False))
-        vocab = len(self.tokenizer)
-        bad = [t for t in prompt if not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequest(
-                f"prompt token ids out of range [0, {vocab}): {bad[:5]}", param="prompt"
-            )
+        check_token_ids(prompt, len(self.tokenizer))
         return list(prompt)

@@ -89,22 +89,23 @@ def read_tier(
     folder = Path(artifact_dir or "")
     source = folder if artifact == "pruned" else Path(model_dir)
     cfg = read_config(source)
-    out = TierWeights(Shape.from_config(cfg), read_state(source))
-    state = out.state
+    state = read_state(source)
+    thresholds: dict[tuple[int, str], float] = {}
+    units: set[tuple[int, str]] = set()
     if artifact == "masked":
         keep, down = read_masks(folder)
         widths = narrow_state(
             state, keep, down, int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
         )
-        out.shape = Shape.from_config({**cfg, "zerolayer": {"intermediate_sizes": widths}})
+        cfg["zerolayer"] = {"intermediate_sizes": widths}
     elif artifact == "dynamic":
         art = read_dynamic(folder)
         for i, w in art.down.items():
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
-        out.thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
+        thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(folder).items():
             part = "mlp" if p in MLP_PROJ else "self_attn"
             state[f"model.layers.{i}.{part}.{p}.weight"] = w
-            out.sparse_units.add((i, p))
-    return out
+            units.add((i, p))
+    return TierWeights(Shape.from_config(cfg), state, thresholds, units)

@@ -160,8 +160,8 @@ class LlamaModel:
         fixed = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
         used = sum(t.numel() * t.element_size() for t in fixed)
         self.store = LayerStore(host_layers, self.device, used, device_budget_bytes, offload_layers)
-        self.layers, self.offloaded = self.store.layers, self.store.offloaded
-        self.report.offloaded_layers = len(self.offloaded)
+        self.layers = self.store.layers
+        self.report.offloaded_layers = len(self.store.offloaded)
         self.report.offloaded_bytes = self.store.offloaded_bytes
         self.report.resident_bytes = self.store.resident_bytes
         inv = 1.0 / (
@@ -179,7 +179,7 @@ class LlamaModel:
     def _step_layers(self) -> Any:
         """The layers as the compiled single-stream decode step reads them, or None where that
         step does not run (no kernel, offloaded layers)."""
-        if self.kernel is None or self.offloaded:
+        if self.kernel is None or self.store.offloaded:
             return None
         arr = (kernels.LayerC * self.shape.layers)()
         for c, layer in zip(arr, self.layers, strict=True):
