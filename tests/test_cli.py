@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.store.keys import KeyStore
 
-from tests.conftest import clean_env, free_port
+from tests.conftest import clean_env
 
 
 def zerolayer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -26,13 +25,12 @@ def zerolayer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def test_keys_create_uses_the_running_embedded_redis_and_leaves_it_up(tmp_path: Path) -> None:
-    port = free_port()
-    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path), "ZEROLAYER_REDIS_PORT": str(port)}
-    with EmbeddedRedis(tmp_path / "redis", port) as server:
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
+    with EmbeddedRedis(tmp_path / "redis") as server:
         run = zerolayer("keys", "create", "--plan", "free", "--name", "ci", env=env)
         assert run.returncode == 0, run.stderr
         key = run.stdout.strip()
-        client = redis.Redis.from_url(server.url)
+        client = server.client()
         record = KeyStore(client).lookup(key)
         assert record is not None and record.plan == "free" and record.name == "ci"
         client.ping()  # still up: the CLI did not stop a server it did not start
@@ -40,13 +38,13 @@ def test_keys_create_uses_the_running_embedded_redis_and_leaves_it_up(tmp_path: 
 
 
 def test_keys_create_starts_and_stops_embedded_redis_when_none_runs(tmp_path: Path) -> None:
-    port = free_port()
-    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path), "ZEROLAYER_REDIS_PORT": str(port)}
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
     run = zerolayer("keys", "create", "--plan", "pro", env=env)
     assert run.returncode == 0, run.stderr
     key = run.stdout.strip()
-    with EmbeddedRedis(tmp_path / "redis", port) as server:  # the AOF kept it
-        client = redis.Redis.from_url(server.url)
+    assert not EmbeddedRedis(tmp_path / "redis").socket.exists()  # stopped again
+    with EmbeddedRedis(tmp_path / "redis") as server:  # the AOF kept it
+        client = server.client()
         assert KeyStore(client).lookup(key) is not None
         client.close()
 
@@ -108,11 +106,10 @@ def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> N
 
 
 def test_keys_list_set_plan_and_revoke(tmp_path: Path) -> None:
-    port = free_port()
-    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path), "ZEROLAYER_REDIS_PORT": str(port)}
-    with EmbeddedRedis(tmp_path / "redis", port) as server:
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
+    with EmbeddedRedis(tmp_path / "redis") as server:
         key = zerolayer("keys", "create", "--plan", "free", "--name", "app", env=env).stdout.strip()
-        client = redis.Redis.from_url(server.url)
+        client = server.client()
         kid = KeyStore(client).lookup(key).key_id  # type: ignore[union-attr]
         listing = zerolayer("keys", "list", env=env)
         assert listing.returncode == 0, listing.stderr

@@ -71,17 +71,17 @@ def _cmd_models_import(args: argparse.Namespace) -> int:
 def _key_store(cfg: PlatformConfig) -> Iterator[Any]:
     """A KeyStore on the platform's Redis (the embedded one is started for the command if no
     platform runs)."""
-    import redis
-
+    from zerolayer.store.connect import sync_client
     from zerolayer.store.embedded import EmbeddedRedis
     from zerolayer.store.keys import KeyStore
 
     embedded = None
-    url = cfg.redis.url
-    if url is None:
-        embedded = EmbeddedRedis(cfg.redis_data_dir(), cfg.redis.embedded_port)
-        url = embedded.start()
-    client = redis.Redis.from_url(url)
+    rc = cfg.redis
+    if rc.url is None:
+        embedded = EmbeddedRedis(cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
+        embedded.start()
+        rc = embedded.config()
+    client = sync_client(rc)
     try:
         yield KeyStore(client)
     finally:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zerolayer.config import PlanConfig, PlanLimits, PlatformConfig, RedisConfig, TierPrice
+from zerolayer.config import PlanConfig, PlanLimits, PlatformConfig, TierPrice
 from zerolayer.serve.launcher import Platform
+from zerolayer.store.embedded import EmbeddedRedis
 
 from tests.conftest import free_port, setup_budget
 
@@ -29,7 +30,7 @@ TIGHT = PlanConfig(
 @pytest.fixture(scope="session")
 def platform(
     base_config: PlatformConfig,
-    redis_url: str,
+    redis_server: EmbeddedRedis,
     model_dir: Path,
     tiny_build: dict[str, Any],
     tmp_path_factory: pytest.TempPathFactory,
@@ -37,7 +38,7 @@ def platform(
     cfg = base_config.model_copy(
         update={
             "port": free_port(),
-            "redis": RedisConfig(url=redis_url),
+            "redis": redis_server.config(),  # as the launcher passes it: no secret inside
             "dev_key_file": str(tmp_path_factory.mktemp("keys") / "dev-key"),
             # every tier's artifact, from the real compiler at tiny settings (tests/conftest.py)
             "artifacts_dir": str(tiny_build["root"]),

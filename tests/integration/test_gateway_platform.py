@@ -10,8 +10,8 @@ import time
 
 import httpx
 import pytest
-import redis
 from zerolayer.serve.launcher import Platform
+from zerolayer.store.connect import sync_client
 
 from tests.integration.conftest import ADMIN_KEY, BODY_TIMEOUT_S
 
@@ -61,7 +61,7 @@ def test_a_client_that_leaves_mid_stream_is_settled(platform: Platform) -> None:
         "temperature": 0,
         "stream": True,
     }
-    client = redis.Redis.from_url(platform.cfg.redis.url or "")
+    client = sync_client(platform.cfg.redis)
     leases = f"zl:rl:{{{made['key_id']}}}:conc"
     with httpx.stream(
         "POST", platform.base_url + "/chat/completions", json=body, headers=auth, timeout=60

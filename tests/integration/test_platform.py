@@ -161,7 +161,11 @@ def create_key(p: Platform, plan: str) -> subprocess.CompletedProcess[str]:
     """`zerolayer keys create --plan PLAN` against the platform's Redis."""
     return subprocess.run(
         [sys.executable, "-m", "zerolayer.cli", "keys", "create", "--plan", plan],
-        env=clean_env(REDIS_URL=p.cfg.redis.url or ""),
+        # an operator's way to name a Redis: its URL and the file holding its password
+        env=clean_env(
+            REDIS_URL=(p.cfg.redis.url or "").replace("unix://", f"unix://{p.cfg.redis.username}@"),
+            REDIS_PASSWORD_FILE=p.cfg.redis.password_file or "",
+        ),
         capture_output=True,
         text=True,
         timeout=120,

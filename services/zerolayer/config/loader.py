@@ -58,7 +58,9 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     redis: dict[str, Any] = {}
     if env.get("REDIS_URL"):
         redis["url"] = env["REDIS_URL"]
-    if "ZEROLAYER_REDIS_PORT" in env:
+    if env.get("REDIS_PASSWORD_FILE"):
+        redis["password_file"] = env["REDIS_PASSWORD_FILE"]
+    if env.get("ZEROLAYER_REDIS_PORT"):
         redis["embedded_port"] = int(env["ZEROLAYER_REDIS_PORT"])
     if redis:
         out["redis"] = redis

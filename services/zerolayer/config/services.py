@@ -3,6 +3,8 @@ torch engine's compiled kernels (serve/*.yaml)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from zerolayer.config.base import Strict
@@ -21,7 +23,22 @@ class RedisConfig(Strict):
     """Redis: an external URL, or an embedded redis-server started by the platform."""
 
     url: str | None = Field(default=None, description="External Redis (REDIS_URL); None = embedded")
-    embedded_port: int = Field(default=6390, description="Port of the embedded redis-server")
+    username: str | None = Field(default=None, description="ACL user (the embedded one's: set)")
+    password_file: str | None = Field(
+        default=None,
+        description="File holding the password (REDIS_PASSWORD_FILE); kept out of URLs, config "
+        "and logs. The embedded server's is <data_dir>/secret",
+    )
+    embedded_port: int | None = Field(
+        default=None,
+        description="Also serve the embedded Redis on 127.0.0.1:port (password still needed); "
+        "None: unix socket only",
+    )
+    appendfsync: Literal["always", "everysec"] = Field(
+        default="always",
+        description="Embedded Redis: fsync the AOF on every write (nothing acknowledged is lost) "
+        "or once a second",
+    )
     data_dir: str | None = Field(
         default=None, description="Embedded Redis data dir; default <cache>/redis"
     )

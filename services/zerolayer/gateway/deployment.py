@@ -6,8 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
 from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -28,6 +26,7 @@ from zerolayer.protocol import (
     SamplingSpec,
     Target,
 )
+from zerolayer.store.connect import async_client, sync_client
 from zerolayer.store.keys import AsyncKeyStore, KeyStore
 from zerolayer.tokenfix.service import Tokenfix
 
@@ -97,8 +96,7 @@ class GatewayDeployment:
         chunker: DeploymentHandle,
     ):
         self.config = PlatformConfig.model_validate(config)
-        url = self.config.redis.url or ""
-        self.redis = aioredis.from_url(url, health_check_interval=30)
+        self.redis = async_client(self.config.redis, health_check_interval=30)
         self.keys = AsyncKeyStore(self.redis)
         if tokenfix is None:  # tokenfix.in_gateway: the same code in this process
             tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
@@ -110,7 +108,7 @@ class GatewayDeployment:
             health=self._health,
             limiter=Limiter(self.redis, self.config.gateway.concurrency_lease_s),
             metrics=Metrics(self.redis),
-            keys=KeyStore(redis.Redis.from_url(url)),
+            keys=KeyStore(sync_client(self.config.redis)),
         )
 
     async def _health(self) -> dict[str, Any]:

