@@ -54,7 +54,7 @@ def dicts() -> list[Any]:
             "finish_reason": "length",
             "prompt_tokens": 40,
             "completion_tokens": 64,
-            "decode_s": 0.81,
+            "queue_s": 0.02,
         }
     )
     return out

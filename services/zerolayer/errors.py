@@ -20,6 +20,8 @@ __all__ = [
     "RetryLater",
     "RateLimited",
     "Overloaded",
+    "StoreUnavailable",
+    "TierUnavailable",
     "EngineError",
     "openai_error_body",
 ]
@@ -136,6 +138,22 @@ class Overloaded(RetryLater):
     status_code = 503
     error_type = "server_error"
     code = "tier_overloaded"
+
+
+class StoreUnavailable(RetryLater):
+    """The platform's Redis does not answer: nothing was taken or changed, retry."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "store_unavailable"
+
+
+class TierUnavailable(RetryLater):
+    """No replica of the tier took the request in time (it is starting or restarting)."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "tier_unavailable"
 
 
 class EngineError(APIError):

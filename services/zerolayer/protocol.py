@@ -186,14 +186,14 @@ class Delta(_Value):
 
 @dataclass(slots=True)
 class End(_Value):
-    """The request finished: why, the tokens used, and the seconds from the first token to the
-    end (the gateway subtracts them to measure the queue wait). `text` is the whole output when
-    the request was run whole (complete), empty when it was streamed."""
+    """The request finished: why, the tokens used, and the seconds it waited before the engine
+    started it (admission control's measure; None if it never started). `text` is the whole
+    output when the request was run whole (complete), empty when it was streamed."""
 
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
-    decode_s: float = 0.0
+    queue_s: float | None = None
     text: str = ""
 
 

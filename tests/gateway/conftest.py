@@ -55,8 +55,10 @@ class Gateway:
         prompts: PromptBuilder,
         app: Any,
         clock: Callable[[], float],
+        redis: redis.Redis,
     ):
         self.clock = clock  # the limiter's: a fixed second in the middle of a minute
+        self.redis = redis  # the Redis the gateway uses, for looking at its counters
         self.client = client
         self.engine = engine
         self.key = key
@@ -88,6 +90,7 @@ def make_gateway(
     tokenfix: Tokenfix,
     chunker: Chunker,
 ) -> Iterator[GatewayFactory]:
+    chunking = chunker
     """make_gateway(plans=..., key_plan=..., engine=..., key=...) -> a started Gateway. Apps made
     by one call of the fixture share Redis (and, when given, the key), and one limiter clock: a
     fixed time 20 s into the current minute, so no test's requests straddle a minute's edge."""
@@ -105,10 +108,14 @@ def make_gateway(
         key: tuple[str, str] | None = None,
         tiers: dict[str, Any] | None = None,
         gateway: dict[str, Any] | None = None,
+        chunker: dict[str, Any] | None = None,
+        store: str | None = None,
     ) -> Gateway:
+        url = store or redis_url  # another Redis (with its credentials), for fault tests
         cfg = base_config.model_copy(
             update={
                 "plans": {**base_config.plans, **(plans or {})},
+                "chunker": base_config.chunker.model_copy(update=chunker or {}),
                 "gateway": base_config.gateway.model_copy(
                     update={"admin_key_sha256": hash_key(ADMIN_KEY), **(gateway or {})}
                 ),
@@ -119,7 +126,7 @@ def make_gateway(
             model = model.model_copy(update={"tiers": {**model.tiers, **tiers}})
             cfg = cfg.model_copy(update={"models": {**cfg.models, "smollm2-135m": model}})
         engine = engine or FakeEngine(SCRIPT)
-        sync = redis.Redis.from_url(redis_url)
+        sync = redis.Redis.from_url(url)
         if key is None:
             secret, record = KeyStore(sync).create(key_plan)
             key = (secret, record.key_id)
@@ -132,8 +139,8 @@ def make_gateway(
                 str(baseline), short_engine or engine, vocab, 2048
             ),
         }
-        backend = LocalBackend(replicas, tokenfix, chunker)
-        aclient = aioredis.from_url(redis_url)
+        backend = LocalBackend(replicas, tokenfix, chunking)
+        aclient = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
 
         async def health() -> dict[str, str]:
             await aclient.ping()
@@ -155,7 +162,7 @@ def make_gateway(
         stack.append(client)
         for r in replicas.values():
             client.portal.call(r.start)
-        return Gateway(client, engine, key[0], key[1], prompts, app, clock)
+        return Gateway(client, engine, key[0], key[1], prompts, app, clock, sync)
 
     yield make
     for client in reversed(stack):

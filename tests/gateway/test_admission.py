@@ -23,7 +23,7 @@ class Clock:
 
 def test_shedding_goes_up_the_priorities_as_the_wait_grows() -> None:
     clock = Clock()
-    adm = Admission(800, 10, [0, 10, 20], clock)
+    adm = Admission(800, 10, [0, 10, 20], clock, min_samples=1)
     adm.record("t", 0.5)
     for p in (0, 10, 20):
         adm.check("t", p)  # under the threshold: nobody is shed
@@ -44,26 +44,49 @@ def test_shedding_goes_up_the_priorities_as_the_wait_grows() -> None:
     adm.check("t", 0)  # measurements older than the window are forgotten
 
 
-def test_a_stalled_stream_counts_before_it_finishes() -> None:
+def test_a_wait_counts_only_from_the_minimum_number_of_samples() -> None:
     clock = Clock()
-    adm = Admission(800, 10, [0, 1], clock)
-    token = adm.waiting("t")
-    clock.t += 1.0
-    assert adm.wait_s("t") == pytest.approx(1.0)
+    adm = Admission(800, 10, [0, 1], clock, min_samples=5)
+    adm.record("t", 30.0)  # one very slow request alone sheds nobody
+    for _ in range(3):
+        adm.record("t", 2.0)
+    adm.check("t", 0)
+    assert adm.wait_s("t") == 0.0
+    adm.record("t", 2.0)  # the fifth sample: the median, 2 s, counts now
+    assert adm.wait_s("t") == pytest.approx(2.0)
     with pytest.raises(Overloaded):
         adm.check("t", 0)
-    adm.first_token("t", token)
-    assert adm.wait_s("t") == pytest.approx(1.0)  # now a measurement
+
+
+def test_stalled_streams_count_before_they_finish() -> None:
+    clock = Clock()
+    adm = Admission(800, 10, [0, 1], clock, min_samples=2)
+    first = adm.waiting("t")
+    clock.t += 1.0
+    assert adm.wait_s("t") == 0.0  # one stream waiting is not a stalled tier
+    second = adm.waiting("t")
+    clock.t += 1.0
+    assert adm.wait_s("t") == pytest.approx(1.0)  # two have waited at least 1 s
+    with pytest.raises(Overloaded):
+        adm.check("t", 0)
+    adm.forget("t", first)  # its first token came
+    assert adm.wait_s("t") == 0.0
+    adm.forget("t", second)
 
 
 def test_low_priority_is_shed_with_503_and_counted(make_gateway: GatewayFactory) -> None:
-    slow = FakeEngine(SCRIPT, delay_s=0.3)  # first token after 0.3 s
+    queued = FakeEngine(SCRIPT, queue_s=0.3)  # every request reports 0.3 s in the queue
     plans = {"low": plan(priority=0), "high": plan(priority=5)}
     gw = make_gateway(
-        plans=plans, key_plan="low", engine=slow, gateway={"queue_wait_threshold_ms": 250}
+        plans=plans,
+        key_plan="low",
+        engine=queued,
+        gateway={"queue_wait_threshold_ms": 250, "queue_wait_min_samples": 3},
     )
     body = {**CHAT, "max_tokens": 1}
-    assert gw.client.post("/v1/chat/completions", headers=gw.auth, json=body).status_code == 200
+    for _ in range(3):
+        ok = gw.client.post("/v1/chat/completions", headers=gw.auth, json=body)
+        assert ok.status_code == 200  # fewer than 3 samples so far: nothing is shed
     r = gw.client.post("/v1/chat/completions", headers=gw.auth, json=body)
     err = assert_openai_error(r, 503, "server_error")
     assert err["code"] == "tier_overloaded" and "queue wait" in err["message"]
@@ -82,3 +105,24 @@ def test_low_priority_is_shed_with_503_and_counted(make_gateway: GatewayFactory)
             )
         )
     assert [c.status_code for c in codes] == [200, 200]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_one_slow_request_does_not_shed_the_next(
+    make_gateway: GatewayFactory, stream: bool
+) -> None:
+    # a request that is slow by itself (long prefill, slow tokens) waited in no queue: the
+    # tier is not overloaded (measured as time to first token, it shed the next for 10 s)
+    slow = FakeEngine(SCRIPT, delay_s=0.4, queue_s=0.0)
+    gw = make_gateway(
+        plans={"low": plan(priority=0), "high": plan(priority=5)},
+        key_plan="low",
+        engine=slow,
+        gateway={"queue_wait_threshold_ms": 250, "queue_wait_min_samples": 1},
+    )
+    body = {**CHAT, "max_tokens": 2, "stream": stream}
+    first = gw.client.post("/v1/chat/completions", headers=gw.auth, json=body)
+    assert first.status_code == 200
+    assert "[DONE]" in first.text if stream else first.json()["choices"]
+    nxt = gw.client.post("/v1/chat/completions", headers=gw.auth, json=body)
+    assert nxt.status_code == 200, nxt.text

@@ -3,14 +3,19 @@ several gateway replicas on one real Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 import redis
+import redis.asyncio as aioredis
 from zerolayer.engines.fake import FakeEngine
-from zerolayer.gateway.limits import month_of
+from zerolayer.errors import RateLimited
+from zerolayer.gateway.limits import Limiter, month_of
 
 from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
 from tests.gateway.test_api import assert_openai_error
@@ -156,3 +161,143 @@ def test_chunks_count_against_the_key_and_refusals_are_counted(
     assert err["code"] == "requests_per_minute"
     metrics = gw.client.get("/metrics").text
     assert 'zerolayer_rate_limited_total{limit="requests_per_minute",plan="chunky"} 1' in metrics
+
+
+# -- the limiter's own guarantees, on the real Redis --------------------------------------------
+
+
+class Pinned:
+    """A settable clock for the limiter (Redis's own time is used in production)."""
+
+    def __init__(self) -> None:
+        self.t = 60 * (time.time() // 60) + 10
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _limiter(redis_url: str, lease_s: float = 60.0) -> tuple[Limiter, Pinned, Any]:
+    clock = Pinned()
+    client = aioredis.from_url(redis_url)
+    return Limiter(client, lease_s, clock=clock), clock, client
+
+
+def _counters(redis_url: str, key_id: str, minute: int) -> dict[str, Any]:
+    client = redis.Redis.from_url(redis_url)
+    p = f"zl:rl:{{{key_id}}}"
+    month = month_of(minute * 60)[0]
+    return {
+        "req": int(client.get(f"{p}:req:{minute}") or 0),
+        "tok": int(client.get(f"{p}:tok:{minute}") or 0),
+        "spend": int(client.get(f"{p}:spend:{month}") or 0),
+        "leases": client.zcard(f"{p}:conc"),
+        "reservations": len(list(client.scan_iter(f"{p}:res:*"))),
+    }
+
+
+def test_every_step_is_idempotent_by_request_id(redis_url: str) -> None:
+    limits = plan(requests_per_minute=10, tokens_per_minute=1000, monthly_budget_usd=1.0)
+
+    async def run() -> list[dict[str, Any]]:
+        lim, clock, client = _limiter(redis_url)
+        key = "idem" + uuid.uuid4().hex[:8]
+        seen = []
+        r = await lim.request(key, "p", limits, "req-1")
+        assert await lim.request(key, "p", limits, "req-1") == r  # a retried call takes nothing
+        await lim.reserve(r, "p", limits, 100, 5000)
+        await lim.reserve(r, "p", limits, 100, 5000)
+        seen.append(_counters(redis_url, key, r.minute))
+        assert await lim.settle(r, 30, 1200) is True
+        assert await lim.settle(r, 30, 1200) is False  # a second settle changes nothing
+        seen.append(_counters(redis_url, key, r.minute))
+        await client.aclose()
+        return seen
+
+    reserved, settled = asyncio.run(run())
+    assert reserved == {"req": 1, "tok": 100, "spend": 5000, "leases": 1, "reservations": 1}
+    assert settled == {"req": 1, "tok": 30, "spend": 1200, "leases": 0, "reservations": 0}
+
+
+def test_the_sweep_returns_what_a_dead_gateway_held_and_renewal_keeps_the_living(
+    redis_url: str,
+) -> None:
+    limits = plan(concurrent_requests=2, tokens_per_minute=1000, monthly_budget_usd=1.0)
+
+    async def run() -> tuple[Any, ...]:
+        lim, clock, client = _limiter(redis_url, lease_s=60)
+        key = "sweep" + uuid.uuid4().hex[:8]
+        dead = await lim.admit(key, "p", limits, "dead", 100, 5000)
+        alive = await lim.admit(key, "p", limits, "alive", 50, 2000)
+        with pytest.raises(RateLimited):  # two leases held: the plan's concurrency is used
+            await lim.request(key, "p", limits, "third")
+        clock.t += 40
+        await lim.renew([alive])  # the living gateway renews its request; the dead one cannot
+        clock.t += 30  # the dead lease ran out 10 s ago, the renewed one has 30 s left
+        swept = await lim.sweep()
+        after = _counters(redis_url, key, dead.minute)
+        third = await lim.request(key, "p", limits, "third")  # a slot is free again
+        assert await lim.settle(dead, 999, 999) is False  # the sweep settled it already
+        await lim.settle(alive, 60, 2500)
+        await lim.settle(third, 0, 0)
+        done = _counters(redis_url, key, dead.minute)
+        await client.aclose()
+        return swept, after, done
+
+    swept, after, done = asyncio.run(run())
+    assert swept >= 1
+    assert after["leases"] == 1 and after["reservations"] == 1
+    assert after["tok"] == 50 and after["spend"] == 2000  # the dead one's reservation returned
+    assert done["leases"] == 0 and done["tok"] == 60 and done["spend"] == 2500
+
+
+def test_cheap_limits_come_before_tokenizing(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway(
+        plans={"three": plan(requests_per_minute=3, tokens_per_minute=10**6)}, key_plan="three"
+    )
+    long = {**CHAT, "messages": [{"role": "user", "content": "word " * 5000}]}
+    codes = [
+        gw.client.post("/v1/chat/completions", headers=gw.auth, json=long).status_code
+        for _ in range(5)
+    ]
+    # over the context: 400 while the minute has room, then 429 without reading the prompt
+    assert codes == [400, 400, 400, 429, 429], codes
+    gw.settled()
+    # the prompts that were read count against the key's tokens of the minute
+    assert minute_tokens_of(gw) >= 3 * 5000
+
+
+def minute_tokens_of(gw: Any) -> int:
+    minute = int(gw.clock() // 60)
+    return int(gw.redis.get(f"zl:rl:{{{gw.key_id}}}:tok:{minute}") or 0)
+
+
+def test_chunks_count_the_tokens_they_cut(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway(plans={"cut": plan(tokens_per_minute=10_000)}, key_plan="cut")
+    body = {"model": "smollm2-135m", "input": ["one two three " * 50, "four five " * 50]}
+    r = gw.client.post("/v1/chunks", headers=gw.auth, json=body)
+    assert r.status_code == 200, r.text
+    gw.settled()
+    assert minute_tokens_of(gw) == r.json()["usage"]["total_tokens"] > 0
+
+
+def test_many_chunk_inputs_are_one_chunker_call(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    chunker = gw.app.state.flow.backend.chunker
+    calls: list[int] = []
+    original = chunker.all_spans
+
+    def counted(*args: Any) -> Any:
+        calls.append(len(args[1]))
+        return original(*args)
+
+    chunker.all_spans = counted
+    try:
+        body = {"model": "smollm2-135m", "input": [""] * 1000}
+        t0 = time.monotonic()
+        r = gw.client.post("/v1/chunks", headers=gw.auth, json=body)
+        took = time.monotonic() - t0
+    finally:
+        del chunker.all_spans
+    assert r.status_code == 200, r.text
+    assert calls == [1000], calls  # one call for the whole body
+    print(f"1,000 empty inputs answered in {took:.2f} s")

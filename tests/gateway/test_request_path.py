@@ -116,7 +116,12 @@ def test_chunks_errors(gateway: Gateway) -> None:
 
 def test_long_prompt_is_summarised_map_reduce_when_asked(make_gateway: GatewayFactory) -> None:
     engine = FakeEngine(SCRIPT)
-    gw = make_gateway(plans={"once": plan(requests_per_minute=1)}, key_plan="once", engine=engine)
+    gw = make_gateway(
+        plans={"calls": plan(requests_per_minute=200)},
+        key_plan="calls",
+        engine=engine,
+        chunker={"max_summary_chunks": 40},
+    )
     long = {
         **CHAT,
         "messages": [
@@ -136,11 +141,38 @@ def test_long_prompt_is_summarised_map_reduce_when_asked(make_gateway: GatewayFa
     # usage is what was billed: the map calls' tokens plus the answer's
     assert out["usage"]["prompt_tokens"] > job["prompt_tokens"] > 0
     assert out["usage"]["completion_tokens"] == job["completion_tokens"] + len(SCRIPT)
-    # the whole job was one admission: the plan's one request this minute is used
+    # every map call counted as a request of the minute, settled to the calls made
+    gw.settled()
+    minute = int(gw.clock() // 60)
+    counted = gw.redis.get(f"zl:rl:{{{gw.key_id}}}:req:{minute}")
+    assert int(counted) == 1 + job["calls"]
+
+
+def test_a_summary_is_refused_when_its_calls_do_not_fit_the_minute(
+    make_gateway: GatewayFactory,
+) -> None:
+    engine = FakeEngine(SCRIPT)
+    gw = make_gateway(
+        plans={"few": plan(requests_per_minute=20)},
+        key_plan="few",
+        engine=engine,
+        chunker={"max_summary_chunks": 40},
+    )
+    long = {**CHAT, "messages": [{"role": "user", "content": DOC * 3}], "long_prompt": "summarize"}
     err = assert_openai_error(
-        gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT), 429
+        gw.client.post("/v1/chat/completions", headers=gw.auth, json=long), 429
     )
     assert err["code"] == "requests_per_minute"
+    assert engine.requests == 0  # no map call ran
+
+
+def test_a_message_too_long_to_summarise_is_400(gateway: Gateway) -> None:
+    long = {**CHAT, "messages": [{"role": "user", "content": DOC * 3}], "long_prompt": "summarize"}
+    err = assert_openai_error(
+        gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=long), 400
+    )
+    assert "too long to summarise" in err["message"] and "at most 16" in err["message"]
+    assert gateway.engine.requests == 0
 
 
 def test_long_prompt_without_opt_in_is_400_with_both_numbers(gateway: Gateway) -> None:

@@ -39,8 +39,10 @@ def test_complete_counts_tokens_and_joins_text(prompts: PromptBuilder) -> None:
     replica = _replica(engine, prompts)
     res = asyncio.run(replica.complete(SamplingSpec("r2", [1, 2, 3], 16)))
     assert isinstance(res, End)
-    # decode time: from the first token on (the second token came 0.05 s after it)
-    assert 0.04 <= res.decode_s < 1.0
+    # an engine that does not report its queue: the time to its first token (0.05 s here)
+    assert res.queue_s is not None and 0.04 <= res.queue_s < 1.0
+    reported = _replica(FakeEngine(["x"], delay_s=0.05, queue_s=0.0), prompts)
+    assert asyncio.run(reported.complete(SamplingSpec("r3", [1], 4))).queue_s == 0.0
     assert (res.finish_reason, res.prompt_tokens, res.completion_tokens, res.text) == (
         "stop",
         3,

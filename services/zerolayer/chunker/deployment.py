@@ -24,6 +24,12 @@ class ChunkerDeployment:
         """Complete chunks of `text` and where its unconsumed rest starts, or the error."""
         return await self.chunker.chunk(model, text, options)
 
+    async def chunk_all(
+        self, model: str, texts: list[str], options: ChunkOptions
+    ) -> list[Chunks] | Failed:
+        """The chunks of every text, in one call, or the error."""
+        return await self.chunker.chunk_all(model, texts, options)
+
 
 def chunker_deployment(cfg: PlatformConfig) -> Any:
     """ChunkerDeployment with its configured options."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from zerolayer.chunker.core import cut
@@ -47,11 +48,36 @@ class Chunker:
         chunks = [Chunk(text[s.start : s.end], s.start, s.end, s.tokens) for s in spans]
         return Chunks(chunks, rest)
 
+    def all_spans(self, model: str, texts: list[str], options: ChunkOptions) -> list[Chunks]:
+        """spans() of every text, at most max_chunks in all."""
+        out: list[Chunks] = []
+        made = 0
+        for text in texts:
+            ev = self.spans(model, text, True, options.chunk_tokens, options.overlap_tokens)
+            made += len(ev.chunks)
+            if made > self.settings.max_chunks:
+                raise PayloadTooLarge(
+                    f"the inputs make more than {self.settings.max_chunks} chunks; at most "
+                    f"{self.settings.max_chunks} are served per request"
+                )
+            out.append(ev)
+        return out
+
     async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
-        """spans() with the error as a value (this is a deployment method)."""
+        """spans() with the error as a value (this is a deployment method); the work runs in a
+        worker thread, off the caller's event loop."""
         try:
-            return self.spans(
-                model, text, options.final, options.chunk_tokens, options.overlap_tokens
+            return await asyncio.to_thread(
+                self.spans, model, text, options.final, options.chunk_tokens, options.overlap_tokens
             )
+        except APIError as exc:
+            return Failed.of(exc)
+
+    async def chunk_all(
+        self, model: str, texts: list[str], options: ChunkOptions
+    ) -> list[Chunks] | Failed:
+        """all_spans() in one call (a request's many inputs cost one hop), errors as values."""
+        try:
+            return await asyncio.to_thread(self.all_spans, model, texts, options)
         except APIError as exc:
             return Failed.of(exc)

@@ -83,10 +83,34 @@ class GatewayConfig(Strict):
     queue_wait_window_s: float = Field(
         default=10.0, gt=0, description="Admission control: how far back waits are measured"
     )
-    concurrency_lease_s: float = Field(
-        default=900.0,
+    queue_wait_min_samples: int = Field(
+        default=5,
+        ge=1,
+        description="Admission control: waits measured (or streams waiting) before a tier's "
+        "wait counts, so a single slow request cannot shed others",
+    )
+    tier_wait_s: float = Field(
+        default=30.0,
         gt=0,
-        description="A concurrency slot whose gateway died is freed after this long",
+        description="Longest a request waits for a replica of its tier to take it (a tier "
+        "that is starting or restarting); then 503 tier_unavailable",
+    )
+    request_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Longest a non-streamed request may run once taken (then 503)",
+    )
+    drain_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="At shutdown, how long a gateway waits for requests in flight and pending "
+        "settlements",
+    )
+    concurrency_lease_s: float = Field(
+        default=60.0,
+        ge=3,
+        description="A request's concurrency lease: renewed while it runs, so a slot (and the "
+        "reservation) of a gateway that died is returned this long after",
     )
 
 
@@ -96,8 +120,16 @@ class ChunkerConfig(Strict):
     chunk_tokens: int = Field(default=512, ge=8, description="Tokens per chunk")
     overlap_tokens: int = Field(default=0, ge=0, description="Tokens repeated between chunks")
     max_chunks: int = Field(default=1024, ge=1, description="Most chunks one request may make")
+    max_stream_bytes: int = Field(
+        default=64 << 20, ge=1024, description="Largest text/plain body streamed to /v1/chunks"
+    )
     summary_tokens: int = Field(
         default=128, ge=8, description="map-reduce: max_tokens of each partial summary"
+    )
+    max_summary_chunks: int = Field(
+        default=16,
+        ge=2,
+        description="map-reduce: most chunks one request's message may make (more: 400)",
     )
     num_cpus: float = Field(default=0.25, ge=0, description="Logical CPUs per replica")
 

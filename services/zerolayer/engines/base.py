@@ -14,11 +14,14 @@ __all__ = ["SamplingSpec", "TokenDelta", "Engine"]
 
 @dataclass(frozen=True)
 class TokenDelta:
-    """New output since the previous delta. finish_reason is set on the last one only."""
+    """New output since the previous delta. finish_reason is set on the last one only; queue_s,
+    on the first one, is how long the request waited before the engine started it (None: the
+    engine cannot tell)."""
 
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
+    queue_s: float | None = None
 
 
 @runtime_checkable

@@ -19,9 +19,14 @@ class FakeEngine:
     """
 
     def __init__(
-        self, script: list[str] | None = None, delay_s: float = 0.0, fail_after: int | None = None
+        self,
+        script: list[str] | None = None,
+        delay_s: float = 0.0,
+        fail_after: int | None = None,
+        queue_s: float | None = None,
     ):
         self.script = script or ["Hello", ",", " world", "!"]
+        self.queue_s = queue_s  # the queue wait it reports (None: it reports none)
         self.delay_s = delay_s
         self.fail_after = fail_after
         self.started = False
@@ -43,7 +48,8 @@ class FakeEngine:
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
                 last = i == n - 1
-                yield TokenDelta(self.script[i], [1000 + i], finish if last else None)
+                queued = self.queue_s if i == 0 else None
+                yield TokenDelta(self.script[i], [1000 + i], finish if last else None, queued)
             done = True
         finally:
             if not done:

@@ -1,11 +1,13 @@
 """Admission control per tier: shed the lowest plan priorities first when a tier's measured queue
 wait passes a threshold.
 
-The wait of a request is the time from the gateway handing it to the tier until its first
-token: Ray Serve's queue, the engine's queue and the prefill. Streams measure it directly;
-non-streamed requests as their whole time minus the decode time the replica reports. A tier's
-current wait is the median of the waits measured in the last `window_s`, or the age of its
-oldest stream still without a first token when that is larger (a stalled tier shows at once).
+The wait of a request is the time it spent queued before the engine started it: the replica
+measures it (the engine reports when it took the request into a batch; engines that cannot say
+give the time to their first token) and reports it when the request ends. A request's own
+prefill and decode are not part of it, so one long request does not look like a queue. A tier's
+current wait is the median of the waits reported in the last `window_s`, counted only once at
+least `min_samples` were; and a tier that stalls shows before anything ends: when `min_samples`
+streams sent to it have waited for their first token, the shortest of those waits counts.
 
 Shedding: with the plans' distinct priorities ranked from lowest (rank 0) to highest (rank k),
 a wait of at least m x threshold sheds ranks below m; the highest rank is never shed.
@@ -41,9 +43,11 @@ class Admission:
         window_s: float,
         priorities: Iterable[int],
         clock: Callable[[], float] = time.monotonic,
+        min_samples: int = 5,
     ):
         self.threshold_s = threshold_ms / 1000.0
         self.window_s = window_s
+        self.min_samples = max(1, min_samples)
         self.ranks = {p: i for i, p in enumerate(sorted(set(priorities)))}
         self.top = len(self.ranks) - 1
         self.clock = clock
@@ -59,11 +63,13 @@ class Admission:
         now = self.clock()
         while t.samples and t.samples[0][0] < now - self.window_s:
             t.samples.popleft()
-        measured = statistics.median(w for _, w in t.samples) if t.samples else 0.0
+        k = self.min_samples
+        measured = statistics.median(w for _, w in t.samples) if len(t.samples) >= k else 0.0
         for token, since in list(t.pending.items()):
-            if since < now - _FORGET_S:  # a stream whose end was never seen (client gone early)
+            if since < now - _FORGET_S:  # a stream whose end was never seen
                 del t.pending[token]
-        stalled = now - min(t.pending.values()) if t.pending else 0.0
+        ages = sorted((now - since for since in t.pending.values()), reverse=True)
+        stalled = ages[k - 1] if len(ages) >= k else 0.0
         return max(measured, stalled)
 
     def check(self, target: str, priority: int) -> None:
@@ -82,17 +88,15 @@ class Admission:
             )
 
     def waiting(self, target: str) -> int:
-        """Note a stream sent to the tier; returns a token for first_token()."""
+        """Note a stream sent to the tier; returns a token for forget()."""
         token = next(self._ids)
         self._tier(target).pending[token] = self.clock()
         return token
 
-    def first_token(self, target: str, token: int) -> None:
-        """The stream of `token` got its first token (or ended): record its wait."""
-        started = self._tier(target).pending.pop(token, None)
-        if started is not None:
-            self.record(target, self.clock() - started)
+    def forget(self, target: str, token: int) -> None:
+        """The stream of `token` got its first token, or ended: it no longer waits."""
+        self._tier(target).pending.pop(token, None)
 
     def record(self, target: str, wait_s: float) -> None:
-        """A measured wait of a finished request."""
+        """The queue wait a replica reported for a finished request."""
         self._tier(target).samples.append((self.clock(), max(0.0, wait_s)))

@@ -5,16 +5,19 @@ app's exception handlers."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zerolayer.errors import APIError, InvalidRequest, openai_error_body
+from zerolayer.errors import APIError, InvalidRequest, StoreUnavailable, openai_error_body
 from zerolayer.gateway.admin import admin_router
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import chunks_router
@@ -47,7 +50,16 @@ def create_app(parts: GatewayParts) -> FastAPI:
     cfg = parts.config
     catalog = Catalog(cfg)
     flow = Flow(parts.backend, cfg, catalog, parts.limiter, parts.metrics)
-    app = FastAPI(title="zerolayer", version="0.1.0", docs_url=None, redoc_url=None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        # shutdown: settle what is pending (bounded) before the replica goes
+        await flow.close(cfg.gateway.drain_s)
+
+    app = FastAPI(
+        title="zerolayer", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan
+    )
     app.state.flow = flow
 
     @app.exception_handler(APIError)
@@ -64,6 +76,15 @@ def create_app(parts: GatewayParts) -> FastAPI:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         body = openai_error_body(str(exc.detail), kind)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RedisError)
+    async def _store_down(_: Request, exc: RedisError) -> JSONResponse:
+        # Redis did not answer (down, restarting, loading its AOF): nothing was taken, retry
+        return error_response(
+            StoreUnavailable(
+                f"the platform's store is unavailable ({type(exc).__name__}); retry shortly", 2.0
+            )
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -5,6 +5,13 @@ plain-text body (Content-Type text/plain, options in the query string) may be st
 gateway buffers it, has the chunker cut every chunk that is complete, and answers with one JSON
 line per chunk as soon as it is (application/x-ndjson), then a last line
 {"object": "chunks.done", ...}. Errors after the first line arrive in-band as {"error": {...}}.
+
+Chunking is free, but not unlimited: a request counts as one request of the key's minute and
+holds a concurrency slot, and the tokens it cuts count against the key's tokens per minute (a
+JSON body reserves its UTF-8 size, an upper bound of its tokens, and settles to the tokens cut).
+All inputs of a JSON body go to the chunker in one call. A streamed body is capped at
+`chunker.max_stream_bytes`, and the chunker is asked again only once the new text is at least as
+long as what it was last handed back, so no text is sent to it more than about twice.
 """
 
 from __future__ import annotations
@@ -26,8 +33,7 @@ from zerolayer.gateway.http import authorise, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
-from zerolayer.protocol import Chunk, ChunkOptions
-from zerolayer.store.keys import ApiKeyRecord
+from zerolayer.protocol import Chunk, ChunkOptions, Failed
 
 __all__ = ["chunks_router"]
 
@@ -91,42 +97,37 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     router = APIRouter()
     cfg = parts.config
 
-    async def admitted(
-        request: Request, model_id: str, record: ApiKeyRecord | None = None
-    ) -> tuple[str, Any]:
-        record = record or await authorise(request, parts.lookup_key)
-        target = catalog.resolve(model_id, record.plan)
-        # chunking is free, but it counts as a request and holds a concurrency slot
-        return target.model, await flow.limit(record, request_id(), 0, 0)
-
     @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
     async def chunks(request: Request) -> Response:
+        record = await authorise(request, parts.lookup_key)  # the key first, then the body
         if request.headers.get("content-type", "").startswith("text/plain"):
             model_id, options = _query_options(request, cfg.chunker.chunk_tokens)
-            model, reservation = await admitted(request, model_id)
+            model = catalog.resolve(model_id, record.plan).model
+            reservation = await flow.limit(record, request_id(), 0, 0)
             return _DuplexResponse(
                 _streamed(parts, request, model, options, reservation, flow),
                 media_type="application/x-ndjson",
             )
-        record = await authorise(request, parts.lookup_key)  # the key first, then the body
         body = await read_json(
             request, ChunksRequest, cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
         )
-        model, reservation = await admitted(request, body.model, record)
+        model = catalog.resolve(body.model, record.plan).model
+        texts = body.texts()
+        most = sum(len(t.encode("utf-8")) for t in texts)  # a token is at least one byte
+        reservation = await flow.limit(record, request_id(), most, 0)
+        total = 0
         try:
-            data: list[dict[str, Any]] = []
             options = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
-            for j, text in enumerate(body.texts()):
-                ev = await chunked(parts.backend, model, text, options)
+            got = await parts.backend.chunk_all(model, texts, options)
+            if isinstance(got, Failed):
+                got.raise_()
+            data: list[dict[str, Any]] = []
+            for j, ev in enumerate(got):
                 for c in ev.chunks:
                     data.append(_chunk_object(len(data), j, 0, c))
-                if len(data) > cfg.chunker.max_chunks:
-                    raise PayloadTooLarge(
-                        f"the inputs make more than {cfg.chunker.max_chunks} chunks"
-                    )
+            total = sum(c["tokens"] for c in data)
         finally:
-            flow.later(parts.limiter.settle(reservation, 0, 0))
-        total = sum(c["tokens"] for c in data)
+            flow.settle(reservation, total, 0)
         return JSONResponse(
             {
                 "object": "list",
@@ -153,8 +154,9 @@ async def _streamed(
     flow: Flow,
 ) -> AsyncIterator[bytes]:
     decoder = codecs.getincrementaldecoder("utf-8")()
-    buffer, base, fed, index, total = "", 0, 0, 0, 0
+    buffer, base, fed, index, total, received = "", 0, 0, 0, 0, 0
     limit = parts.config.chunker.max_chunks
+    max_bytes = parts.config.chunker.max_stream_bytes
 
     def lines(chunks: list[Chunk]) -> list[bytes]:
         nonlocal index, total
@@ -169,9 +171,12 @@ async def _streamed(
 
     try:
         async for piece in request.stream():
+            received += len(piece)
+            if received > max_bytes:
+                raise PayloadTooLarge(f"the streamed text is larger than {max_bytes} bytes")
             buffer += decoder.decode(piece)
-            if len(buffer) - fed < _FEED_CHARS:
-                continue
+            if len(buffer) - fed < max(_FEED_CHARS, fed):
+                continue  # the chunker is asked again once the new text is as long as the rest
             ev = await chunked(parts.backend, model, buffer, ChunkOptions(**options, final=False))
             for line in lines(ev.chunks):
                 yield line
@@ -195,4 +200,4 @@ async def _streamed(
     except APIError as exc:
         yield json.dumps(exc.body()).encode() + b"\n"
     finally:
-        flow.later(parts.limiter.settle(reservation, 0, 0))
+        flow.settle(reservation, total, 0)

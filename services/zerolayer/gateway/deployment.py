@@ -56,6 +56,11 @@ class HandleBackend:
     async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
         return await self.chunker.chunk.remote(model, text, options)
 
+    async def chunk_all(
+        self, model: str, texts: list[str], options: ChunkOptions
+    ) -> list[Chunks] | Failed:
+        return await self.chunker.chunk_all.remote(model, texts, options)
+
     async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
         gen = self._streams[target].stream.remote(spec)
         finished = False
@@ -96,7 +101,9 @@ class GatewayDeployment:
         chunker: DeploymentHandle,
     ):
         self.config = PlatformConfig.model_validate(config)
-        self.redis = async_client(self.config.redis, health_check_interval=30)
+        self.redis = async_client(
+            self.config.redis, health_check_interval=30, socket_timeout=5, socket_connect_timeout=2
+        )
         self.keys = AsyncKeyStore(self.redis)
         if tokenfix is None:  # tokenfix.in_gateway: the same code in this process
             tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})

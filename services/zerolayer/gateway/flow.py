@@ -4,20 +4,29 @@ admission control, per-key limits, the tier replica, and settlement of what was 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import time
+import random
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from redis.exceptions import RedisError
 
 from zerolayer.config import PlatformConfig
-from zerolayer.errors import APIError, ContextLengthExceeded, Overloaded, RateLimited
+from zerolayer.errors import (
+    APIError,
+    ContextLengthExceeded,
+    EngineError,
+    Overloaded,
+    RateLimited,
+    TierUnavailable,
+)
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.limits import Limiter, Reservation
+from zerolayer.gateway.limits import Limiter, Reservation, retried
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
@@ -48,7 +57,9 @@ def completion_budget(
 
 
 class Flow:
-    """Runs completion requests; one per gateway replica."""
+    """Runs completion requests; one per gateway replica. Also keeps the leases of its requests
+    in flight alive, sweeps those of dead gateways, and settles every request, retrying until
+    Redis answers."""
 
     def __init__(
         self,
@@ -68,8 +79,12 @@ class Flow:
             g.queue_wait_threshold_ms,
             g.queue_wait_window_s,
             [p.priority for p in config.plans.values()],
+            min_samples=g.queue_wait_min_samples,
         )
+        self.inflight: dict[str, Reservation] = {}  # request id -> its place in the limits
         self._background: set[asyncio.Task[Any]] = set()
+        self._stop = asyncio.Event()
+        self._keeper: asyncio.Task[None] | None = None
 
     def later(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a coroutine to its end even if the request that started it is cancelled."""
@@ -82,50 +97,107 @@ class Flow:
         if not task.cancelled() and task.exception() is not None:
             log.error("background step failed", exc_info=task.exception())
 
-    async def drain(self) -> None:
-        """Wait for pending settlements (tests, shutdown)."""
+    async def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait for pending settlements (tests, shutdown), at most timeout_s; True if none is
+        left."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
         while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait(list(self._background), timeout=left)
+        return True
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Shutdown: settle what is pending (bounded), then stop retrying and renewing. What is
+        left is returned by another gateway's sweep once its lease runs out."""
+        await self.drain(timeout_s)
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    def _keep(self) -> None:
+        if self._keeper is None:
+            self._keeper = asyncio.ensure_future(self._keep_leases())
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases of requests in flight every third of a lease; sweep orphaned ones
+        about once a lease (each gateway at its own random phase)."""
+        loop = asyncio.get_running_loop()
+        lease_s = self.limiter.lease_ms / 1000
+        next_sweep = loop.time() + random.uniform(0.1, 1.0) * lease_s
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), lease_s / 3)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                await self.limiter.renew(list(self.inflight.values()))
+                if loop.time() >= next_sweep:
+                    if swept := await self.limiter.sweep():
+                        log.warning(
+                            "returned %d reservations of requests whose gateway died", swept
+                        )
+                    next_sweep = loop.time() + random.uniform(0.5, 1.0) * lease_s
+            except RedisError as exc:
+                log.warning("lease upkeep failed: %s", type(exc).__name__)
 
     def route(self, target: Target, prompt_tokens: int) -> Target:
         """The backend target: the tier's short-request group for short prompts, if it has one."""
         short = self.config.models[target.model].tiers[target.tier].short_requests
         return target.group(short is not None and prompt_tokens < short.max_prompt_tokens)
 
-    async def admit(
-        self, record: ApiKeyRecord, target: Target, rid: str, prompt: int, max_tokens: int
-    ) -> Reservation:
-        """Admission control, then the key's limits; refusals are counted in metrics."""
-        plan = self.config.plans[record.plan]
+    def shed(self, record: ApiKeyRecord, target: Target) -> None:
+        """Admission control for one call to a tier (a request, or a map call of one)."""
         try:
-            self.admission.check(str(target), plan.priority)
+            self.admission.check(str(target), self.config.plans[record.plan].priority)
         except Overloaded:
             self.metrics.inc("shed", str(target), record.plan)
             raise
-        price = plan.prices[target.tier]
-        reservation = await self.limit(
-            record, rid, prompt + max_tokens, price.micros(prompt, max_tokens)
-        )
-        self.metrics.inc("requests", str(target), record.plan)
-        return reservation
 
-    async def limit(self, record: ApiKeyRecord, rid: str, tokens: int, micros: int) -> Reservation:
-        """The key's plan limits alone (also /v1/chunks); a refusal is counted in metrics."""
+    async def request(self, record: ApiKeyRecord, rid: str) -> Reservation:
+        """The cheap limits (requests/min, concurrency), before any heavy work."""
+        self._keep()
         try:
-            return await self.limiter.admit(
-                record.key_id, record.plan, self.config.plans[record.plan], rid, tokens, micros
+            r = await self.limiter.request(
+                record.key_id, record.plan, self.config.plans[record.plan], rid
             )
         except RateLimited as exc:
             self.metrics.inc("limited", exc.code or "", record.plan)
             raise
+        self.inflight[rid] = r
+        return r
 
-    def settle(
-        self, record: ApiKeyRecord, target: Target, r: Reservation, prompt: int, completion: int
+    async def reserve(
+        self, record: ApiKeyRecord, r: Reservation, tokens: int, micros: int, extra: int = 0
     ) -> None:
-        """Correct the reservation to the tokens delivered (in the background: the request may be
-        in the middle of being cancelled)."""
-        price = self.config.plans[record.plan].prices[target.tier]
-        self.later(self.limiter.settle(r, prompt + completion, price.micros(prompt, completion)))
+        """The limits that need the request's size: tokens/min and the monthly budget."""
+        try:
+            await self.limiter.reserve(
+                r, record.plan, self.config.plans[record.plan], tokens, micros, extra
+            )
+        except RateLimited as exc:
+            self.inflight.pop(r.request_id, None)  # the script gave the lease back
+            self.metrics.inc("limited", exc.code or "", record.plan)
+            raise
+
+    async def limit(self, record: ApiKeyRecord, rid: str, tokens: int, micros: int) -> Reservation:
+        """Both steps at once (a request whose size is known up front)."""
+        r = await self.request(record, rid)
+        await self.reserve(record, r, tokens, micros)
+        return r
+
+    def settle(self, r: Reservation, tokens: int, micros: int, extra: int = 0) -> None:
+        """Correct a reservation to what was used and free its lease: in the background (the
+        request may be in the middle of being cancelled), retried until Redis answers."""
+        self.later(self._settle(r, tokens, micros, extra))
+
+    async def _settle(self, r: Reservation, tokens: int, micros: int, extra: int) -> None:
+        step = functools.partial(self.limiter.settle, r, tokens, micros, extra)
+        if await retried(step, f"settling {r.request_id}", self._stop):
+            self.inflight.pop(r.request_id, None)
 
     async def __call__(
         self, body: ChatCompletionRequest | CompletionRequest, record: ApiKeyRecord
@@ -134,19 +206,20 @@ class Flow:
         target = self.catalog.resolve(body.model, record.plan)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
-            return await self._run(body, record, target, rid)
+            self.shed(record, target)
+            call = _Call(record, target, target, await self.request(record, rid))
+            try:
+                return await self._run(body, call)
+            except BaseException:
+                self.finish(call, 0, 0)  # no-op when the request was settled already
+                raise
         except APIError as exc:  # the app's handler answers it, with the request's id
             exc.request_id = rid
             raise
 
-    async def _run(
-        self,
-        body: ChatCompletionRequest | CompletionRequest,
-        record: ApiKeyRecord,
-        target: Target,
-        rid: str,
-    ) -> Response:
+    async def _run(self, body: ChatCompletionRequest | CompletionRequest, call: _Call) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
+        target, rid = call.target, call.reservation.request_id
         headers = {"x-request-id": rid}
         sampling = body.sampling()
         if isinstance(body, ChatCompletionRequest):
@@ -158,13 +231,16 @@ class Flow:
         max_len = self.config.models[target.model].max_model_len
         default = self.config.gateway.default_max_tokens
         asked = sampling["max_tokens"]
-        job: SummaryJob | None = None
+        price = self.config.plans[call.record.plan].prices[target.tier]
         try:
             max_tokens = completion_budget(max_len, len(ids), asked, default)
         except ContextLengthExceeded as overflow:
             if not (isinstance(body, ChatCompletionRequest) and body.long_prompt == "summarize"):
+                # the tokens were read: they count against the key's tokens per minute
+                await self.reserve(call.record, call.reservation, len(ids), 0)
+                call.tokenized = len(ids)
                 raise
-            job = await plan_summary(
+            call.job = await plan_summary(
                 self.backend,
                 target.model,
                 self.route(target, 0),
@@ -174,25 +250,34 @@ class Flow:
                 self.config.chunker.chunk_tokens,
                 self.config.chunker.summary_tokens,
                 overflow,
+                self.config.chunker.max_summary_chunks,
+                lambda: self.shed(call.record, target),
             )
-        if job is None:
-            reservation = await self.admit(record, target, rid, len(ids), max_tokens)
+        if call.job is None:
+            await self.reserve(
+                call.record,
+                call.reservation,
+                len(ids) + max_tokens,
+                price.micros(len(ids), max_tokens),
+            )
         else:
-            # one admission for the whole job: every map call plus the final answer
+            # one reservation for the whole job: every map call plus the final answer, and
+            # each map call counted as a request of the minute
+            job = call.job
             reserve_prompt, reserve_completion = job.reserve()
-            reservation = await self.admit(
-                record,
-                target,
-                rid,
+            reserve_prompt, reserve_completion = (
                 reserve_prompt + max_len,
                 reserve_completion + (asked or default),
             )
-            try:
-                ids = await self._summarised(job, target.model, prompt)
-                max_tokens = completion_budget(max_len, len(ids), asked, default)
-            except BaseException:
-                self.settle(record, target, reservation, job.prompt_used, job.completion_used)
-                raise
+            await self.reserve(
+                call.record,
+                call.reservation,
+                reserve_prompt + reserve_completion,
+                price.micros(reserve_prompt, reserve_completion),
+                extra=job.most_calls(),
+            )
+            ids = await self._summarised(job, target.model, prompt)
+            max_tokens = completion_budget(max_len, len(ids), asked, default)
         spec = SamplingSpec(
             request_id=rid,
             prompt_token_ids=ids,
@@ -203,7 +288,7 @@ class Flow:
             stop=list(sampling["stop"] or []),
         )
         shape = Shape(chat, rid, str(target))  # the tier that answered, as OpenAI names it
-        call = _Call(record, target, self.route(target, len(ids)), reservation, job)
+        call.dest = self.route(target, len(ids))
         if not body.stream:
             return await self._complete(call, spec, shape, headers)
         return await self._stream(call, spec, shape, headers, body.include_usage())
@@ -218,17 +303,31 @@ class Flow:
     async def _complete(
         self, call: _Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
     ) -> Response:
-        t0 = time.monotonic()
         res = None
+        g = self.config.gateway
         try:
-            res = await self.backend.complete(call.dest, spec)
+            res = await asyncio.wait_for(
+                self.backend.complete(call.dest, spec), g.tier_wait_s + g.request_timeout_s
+            )
+        except asyncio.TimeoutError as exc:
+            raise TierUnavailable(
+                f"the tier {call.target} did not answer within "
+                f"{g.tier_wait_s + g.request_timeout_s:g} s",
+                g.tier_wait_s,
+            ) from exc
+        except APIError:
+            raise
+        except Exception as exc:  # the replica's process died or its handle broke
+            raise EngineError(
+                f"the tier's replica failed while answering ({type(exc).__name__})"
+            ) from exc
         finally:
             used = (res.prompt_tokens, res.completion_tokens) if res is not None else (0, 0)
             self.finish(call, *used)
         if isinstance(res, Failed):
-            self.admission.record(str(call.target), time.monotonic() - t0)
             res.raise_()
-        self.admission.record(str(call.target), time.monotonic() - t0 - res.decode_s)
+        if res.queue_s is not None:
+            self.admission.record(str(call.target), res.queue_s)
         reply = shape.final(
             res.text, res.finish_reason, call.usage(res.prompt_tokens, res.completion_tokens)
         )
@@ -247,34 +346,71 @@ class Flow:
         tier = str(call.target)
         waiting = self.admission.waiting(tier)
         events = self.backend.stream(call.dest, spec)
+        wait_s = self.config.gateway.tier_wait_s
         try:
-            first = await anext(events)
-        except BaseException:
-            self.admission.first_token(tier, waiting)
-            self.finish(call, 0, 0)
+            # a replica answers Start as soon as it has the request: waiting longer means the
+            # tier has no replica that can take it (starting, restarting, or all busy)
+            first = await asyncio.wait_for(anext(events), wait_s)
+        except BaseException as exc:
+            self.admission.forget(tier, waiting)
+            await events.aclose()  # type: ignore[attr-defined]
+            if isinstance(exc, asyncio.TimeoutError):
+                raise TierUnavailable(
+                    f"no replica of the tier {call.target} took the request within {wait_s:g} s "
+                    "(it is starting or restarting); retry",
+                    wait_s,
+                ) from exc
+            if isinstance(exc, Exception) and not isinstance(exc, APIError):
+                raise EngineError(
+                    f"the tier's replica failed before answering ({type(exc).__name__})"
+                ) from exc
             raise
         if isinstance(first, Failed):
-            self.admission.first_token(tier, waiting)
-            self.finish(call, 0, 0)
+            self.admission.forget(tier, waiting)
             await events.aclose()  # type: ignore[attr-defined]
             first.raise_()
 
         def on_token() -> None:
-            self.admission.first_token(tier, waiting)
+            self.admission.forget(tier, waiting)
 
-        def on_end(prompt: int, completion: int) -> None:
-            self.admission.first_token(tier, waiting)
+        def on_end(prompt: int, completion: int, queue_s: float | None) -> None:
+            self.admission.forget(tier, waiting)
+            if queue_s is not None:
+                self.admission.record(tier, queue_s)
             self.finish(call, prompt, completion)
 
-        return StreamingResponse(
+        return _SettledStream(
             sse_stream(shape, events, first, include_usage, on_token, on_end, call.usage),
+            on_close=lambda: self.finish(call, 0, 0),
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
 
     def finish(self, call: _Call, prompt: int, completion: int) -> None:
-        """Settle a request (and its map-reduce calls) to what was used."""
-        self.settle(call.record, call.target, call.reservation, *call.billed(prompt, completion))
+        """Settle a request (and its map-reduce calls) to what was used, once."""
+        if call.settled:
+            return
+        call.settled = True
+        prompt, completion = call.billed(prompt, completion)
+        price = self.config.plans[call.record.plan].prices[call.target.tier]
+        micros = price.micros(prompt, completion)
+        calls = call.job.calls if call.job is not None else 0
+        self.settle(call.reservation, max(prompt + completion, call.tokenized), micros, calls)
+
+
+class _SettledStream(StreamingResponse):
+    """A streamed reply that settles its request however the response ends, also when the
+    client left before the body started (its generator then never runs)."""
+
+    def __init__(self, content: Any, on_close: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
 
 
 @dataclass
@@ -285,7 +421,9 @@ class _Call:
     target: Target
     dest: Target
     reservation: Reservation
-    job: SummaryJob | None
+    job: SummaryJob | None = None
+    tokenized: int = 0  # prompt tokens read for a request refused after tokenizing
+    settled: bool = False
 
     def billed(self, prompt: int, completion: int) -> tuple[int, int]:
         """The request's tokens plus those of its map-reduce calls, if any."""

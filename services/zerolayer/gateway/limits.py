@@ -1,86 +1,195 @@
 """Per-key limits of a plan, kept in Redis and checked atomically by server-side scripts, so any
 number of gateway replicas sharing one Redis enforce them together.
 
-Admission checks every limit of the key's plan and, only if all pass, takes its share of each in
-the same script: one request of the minute's request count, prompt tokens + max_tokens of the
-minute's token count, a concurrency lease, and the request's largest possible cost of the month's
-spend. When the request ends (finished, failed or abandoned) `settle` gives back the concurrency
-lease and corrects tokens and spend to what was delivered. A lease whose gateway died expires.
+A request passes two steps, so that the cheap limits come before any heavy work:
+
+1. `request`, right after the key is checked (before the body is tokenized): one request of the
+   minute's request count and a concurrency lease.
+2. `reserve`, once the prompt's size is known: prompt tokens + max_tokens of the minute's token
+   count, and the request's largest possible cost of the month's spend. A refusal here gives the
+   lease back (the request still counts as a request).
+
+When the request ends (finished, failed or abandoned) `settle` gives back the lease and corrects
+tokens and spend to what was delivered. Every step is idempotent by request id: a retried call
+(redis-py retries after a dropped connection) neither takes nor gives back twice, and a second
+settle is a no-op. A reservation is a hash `...:res:<request id>`; the lease is its entry in the
+key's sorted set `...:conc`, scored by when it ends. Gateways renew the leases of their requests
+in flight; a lease that ran out belongs to a gateway that died, and `sweep` gives its
+reservation back (tokens and worst-case cost: what such a request delivered is not known).
+
+Time is Redis's (`TIME` in the scripts), so every gateway agrees on minutes and leases whatever
+its own clock says; only the month of the spend counter is the gateway's (seconds of skew at a
+month's edge). A test may pin the time with `clock`.
 
 Windows are fixed calendar minutes (UTC); the token count admits a request when the minute's
 count plus its reservation fits the limit, or when the minute is still empty (so one request
-larger than the whole limit is not refused for ever). A burst therefore lets through at most the
-limit, or one oversized request.
+larger than the whole limit is not refused for ever).
 
-Redis keys (hash-tagged by key id): zl:rl:{id}:req:<minute>, zl:rl:{id}:tok:<minute>,
-zl:rl:{id}:conc (sorted set of request ids by lease end), zl:rl:{id}:spend:<YYYY-MM> (micro-USD).
+Redis keys (hash-tagged by key id, so one key's are on one shard): zl:rl:{id}:req:<minute>,
+zl:rl:{id}:tok:<minute>, zl:rl:{id}:conc, zl:rl:{id}:res:<request id>,
+zl:rl:{id}:spend:<YYYY-MM> (micro-USD). The scripts build the minute's and the reservation's key
+names from the key's prefix: all share its hash tag.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from zerolayer.config import PlanConfig
 from zerolayer.errors import RateLimited
 
-__all__ = ["Reservation", "Limiter", "month_of"]
+__all__ = ["Reservation", "Limiter", "month_of", "retried"]
 
-_ADMIT = """
-local now_ms = tonumber(ARGV[1])
-local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
-local tokens = tonumber(ARGV[4])
-local conc, rid, lease_ms = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
-local budget, micros, month_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-if rpm >= 0 then
-  local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if used >= rpm then return {'requests_per_minute', used} end
+log = logging.getLogger(__name__)
+
+_COMMON = """
+local function now_ms()
+  if tonumber(ARGV[1]) > 0 then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-if tpm >= 0 then
-  local used = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if used > 0 and used + tokens > tpm then return {'tokens_per_minute', used} end
+local function correct(key, delta)
+  if delta ~= 0 and redis.call('EXISTS', key) == 1 then
+    if redis.call('INCRBY', key, delta) < 0 then redis.call('SET', key, 0, 'KEEPTTL') end
+  end
+end
+-- end a reservation: the lease back, tokens, spend and extra requests corrected to what was
+-- used (only counters the plan keeps exist)
+local function give_back(p, rid, used_tokens, used_micros, used_extra)
+  local res = p .. ':res:' .. rid
+  local h = redis.call('HMGET', res, 'minute', 'tokens', 'micros', 'month', 'extra')
+  redis.call('ZREM', p .. ':conc', rid)
+  if not h[1] then return 0 end
+  local tokens, micros = tonumber(h[2]), tonumber(h[3])
+  if h[4] then
+    correct(p .. ':tok:' .. h[1], used_tokens - tokens)
+    correct(p .. ':spend:' .. h[4], used_micros - micros)
+    correct(p .. ':req:' .. h[1], used_extra - tonumber(h[5] or '0'))
+  end
+  redis.call('DEL', res)
+  return 1
+end
+"""
+
+# ARGV: now_ms|0, prefix, rid, rpm, conc, lease_ms
+_REQUEST = (
+    _COMMON
+    + """
+local p, rid = ARGV[2], ARGV[3]
+local rpm, conc, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local now = now_ms()
+local res = p .. ':res:' .. rid
+if redis.call('EXISTS', res) == 1 then return {'ok', 0, now} end
+local minute = math.floor(now / 60000)
+local reqk, leases = p .. ':req:' .. minute, p .. ':conc'
+if rpm >= 0 then
+  local used = tonumber(redis.call('GET', reqk) or '0')
+  if used >= rpm then return {'requests_per_minute', used, now} end
 end
 if conc >= 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-  local used = redis.call('ZCARD', KEYS[3])
-  if used >= conc then return {'concurrent_requests', used} end
+  local used = redis.call('ZCOUNT', leases, now, '+inf')
+  if used >= conc then return {'concurrent_requests', used, now} end
+end
+if rpm >= 0 then
+  redis.call('INCR', reqk)
+  redis.call('EXPIRE', reqk, 120)
+end
+redis.call('ZADD', leases, now + lease, rid)
+redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'micros', 0)
+return {'ok', 0, now}
+"""
+)
+
+# ARGV: now_ms|0, prefix, rid, tokens, tpm, budget, micros, month, month_ttl_s, extra, rpm
+_RESERVE = (
+    _COMMON
+    + """
+local p, rid = ARGV[2], ARGV[3]
+local tokens, tpm = tonumber(ARGV[4]), tonumber(ARGV[5])
+local budget, micros, month, month_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local extra, rpm = tonumber(ARGV[10]), tonumber(ARGV[11])
+local res = p .. ':res:' .. rid
+local h = redis.call('HMGET', res, 'minute', 'month')
+if not h[1] then return {'gone', 0} end
+if h[2] then return {'ok', 0} end
+local reqk, tokk, spend = p .. ':req:' .. h[1], p .. ':tok:' .. h[1], p .. ':spend:' .. month
+if rpm >= 0 and extra > 0 then
+  local used = tonumber(redis.call('GET', reqk) or '0')
+  if used + extra > rpm then
+    give_back(p, rid, 0, 0, 0)
+    return {'requests_per_minute', used}
+  end
+end
+if tpm >= 0 then
+  local used = tonumber(redis.call('GET', tokk) or '0')
+  if used > 0 and used + tokens > tpm then
+    give_back(p, rid, 0, 0, 0)
+    return {'tokens_per_minute', used}
+  end
 end
 if budget >= 0 then
-  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
-  if used + micros > budget then return {'monthly_budget', used} end
+  local used = tonumber(redis.call('GET', spend) or '0')
+  if used + micros > budget then
+    give_back(p, rid, 0, 0, 0)
+    return {'monthly_budget', used}
+  end
 end
-if rpm >= 0 then
-  redis.call('INCR', KEYS[1])
-  redis.call('EXPIRE', KEYS[1], 120)
-end
+if rpm >= 0 and extra > 0 then redis.call('INCRBY', reqk, extra) end
 if tpm >= 0 then
-  redis.call('INCRBY', KEYS[2], tokens)
-  redis.call('EXPIRE', KEYS[2], 120)
+  redis.call('INCRBY', tokk, tokens)
+  redis.call('EXPIRE', tokk, 120)
+else
+  tokens = 0
 end
-if conc >= 0 then
-  redis.call('ZADD', KEYS[3], now_ms + lease_ms, rid)
-  redis.call('PEXPIRE', KEYS[3], lease_ms)
-end
-redis.call('INCRBY', KEYS[4], micros)
-redis.call('EXPIRE', KEYS[4], month_ttl)
+redis.call('INCRBY', spend, micros)
+redis.call('EXPIRE', spend, month_ttl)
+if rpm < 0 then extra = 0 end
+redis.call('HSET', res, 'tokens', tokens, 'micros', micros, 'month', month, 'extra', extra)
 return {'ok', 0}
 """
+)
 
-_SETTLE = """
-local dt, rid, dm = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-if dt ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('INCRBY', KEYS[1], dt) < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
-end
-redis.call('ZREM', KEYS[2], rid)
-if dm ~= 0 and redis.call('EXISTS', KEYS[3]) == 1 then
-  if redis.call('INCRBY', KEYS[3], dm) < 0 then redis.call('SET', KEYS[3], 0, 'KEEPTTL') end
-end
-return 1
+# ARGV: now_ms|0, prefix, rid, used_tokens, used_micros, used_extra
+_SETTLE = (
+    _COMMON
+    + """
+return give_back(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
 """
+)
+
+# ARGV: now_ms|0, prefix, lease_ms, rid...
+_RENEW = (
+    _COMMON
+    + """
+local leases, ends = ARGV[2] .. ':conc', now_ms() + tonumber(ARGV[3])
+local n = 0
+for i = 4, #ARGV do
+  n = n + redis.call('ZADD', leases, 'XX', 'CH', ends, ARGV[i])
+end
+return n
+"""
+)
+
+# ARGV: now_ms|0, prefix, most
+_SWEEP = (
+    _COMMON
+    + """
+local p = ARGV[2]
+local gone = redis.call('ZRANGEBYSCORE', p .. ':conc', '-inf', '(' .. now_ms(), 'LIMIT', 0,
+  tonumber(ARGV[3]))
+for _, rid in ipairs(gone) do give_back(p, rid, 0, 0, 0) end
+return #gone
+"""
+)
 
 _NAMES = {
     "requests_per_minute": "requests per minute",
@@ -99,39 +208,132 @@ def month_of(now: float) -> tuple[str, float]:
 
 @dataclass(frozen=True)
 class Reservation:
-    """What admission took for one request, so that settle can give back the rest."""
+    """A request's place in its key's limits (what it took is kept in Redis under its id)."""
 
     key_id: str
     request_id: str
-    minute: int
-    month: str
-    tokens: int  # reserved on the minute's token count (0: the plan has no token limit)
-    micros: int  # reserved on the month's spend
+    minute: int  # Redis's minute when the request was counted
 
 
-def _keys(key_id: str, minute: int, month: str) -> tuple[str, str, str, str]:
-    base = f"zl:rl:{{{key_id}}}"
-    return f"{base}:req:{minute}", f"{base}:tok:{minute}", f"{base}:conc", f"{base}:spend:{month}"
+def _prefix(key_id: str) -> str:
+    return f"zl:rl:{{{key_id}}}"
 
 
 def _arg(limit: float | None) -> int:
     return -1 if limit is None else int(limit)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def retried(
+    step: Callable[[], object],
+    what: str,
+    stop: asyncio.Event | None = None,
+    first_s: float = 0.05,
+    most_s: float = 5.0,
+) -> bool:
+    """Run an async Redis step until Redis answers (backoff with jitter up to most_s), or until
+    `stop` is set; True when it ran."""
+    wait = first_s
+    while True:
+        try:
+            await step()  # type: ignore[misc]
+            return True
+        except RedisError as exc:
+            log.warning("%s failed (%s); retrying in %.2f s", what, type(exc).__name__, wait)
+        if stop is not None and stop.is_set():
+            return False
+        await asyncio.sleep(wait * random.uniform(0.5, 1.0))
+        wait = min(most_s, wait * 2)
+
+
 class Limiter:
-    """Admission against a plan's per-key limits, and settlement when a request ends."""
+    """The two admission steps against a plan's per-key limits, settlement when a request ends,
+    lease renewal and the sweep of leases whose gateway died."""
 
     def __init__(
         self,
         client: aioredis.Redis,
-        lease_s: float = 900.0,
-        clock: Callable[[], float] = time.time,
+        lease_s: float = 60.0,
+        clock: Callable[[], float] | None = None,
     ):
         self.client = client
         self.lease_ms = int(lease_s * 1000)
-        self.clock = clock
-        self._admit = client.register_script(_ADMIT)
+        self.clock = clock  # None: Redis's time (tests pin it)
+        self._request = client.register_script(_REQUEST)
+        self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
+        self._renew = client.register_script(_RENEW)
+        self._sweep = client.register_script(_SWEEP)
+
+    def _pinned_ms(self) -> int:
+        return int(self.clock() * 1000) if self.clock is not None else 0
+
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else time.time()
+
+    async def request(
+        self, key_id: str, plan_name: str, plan: PlanConfig, request_id: str
+    ) -> Reservation:
+        """Step 1: count the request and take a concurrency lease, or raise RateLimited."""
+        lim = plan.limits
+        status, used, now_ms = await self._request(
+            args=[
+                self._pinned_ms(),
+                _prefix(key_id),
+                request_id,
+                _arg(lim.requests_per_minute),
+                _arg(lim.concurrent_requests),
+                self.lease_ms,
+            ],
+        )
+        status, now = _text(status), int(now_ms) / 1000
+        if status != "ok":
+            raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
+        return Reservation(key_id, request_id, int(now // 60))
+
+    async def reserve(
+        self,
+        r: Reservation,
+        plan_name: str,
+        plan: PlanConfig,
+        tokens: int,
+        micros: int,
+        extra_requests: int = 0,
+    ) -> None:
+        """Step 2: reserve tokens and worst-case spend, and count `extra_requests` more
+        requests of the minute (the model calls a request fans out to), or raise RateLimited
+        (the lease is given back then)."""
+        lim = plan.limits
+        budget = None if lim.monthly_budget_usd is None else round(lim.monthly_budget_usd * 1e6)
+        now = self._now()
+        month, month_left = month_of(now)
+        status, used = await self._reserve(
+            args=[
+                self._pinned_ms(),
+                _prefix(r.key_id),
+                r.request_id,
+                tokens,
+                _arg(lim.tokens_per_minute),
+                _arg(budget),
+                micros,
+                month,
+                int(month_left) + 7 * 86400,  # kept a week past the month for late settles
+                extra_requests,
+                _arg(lim.requests_per_minute),
+            ],
+        )
+        status = _text(status)
+        if status == "gone":
+            raise RateLimited(
+                "the request's concurrency lease ran out before it was admitted; retry",
+                1.0,
+                code="concurrent_requests",
+            )
+        if status != "ok":
+            raise self._refusal(status, int(used), plan_name, plan, tokens, micros, now)
 
     async def admit(
         self,
@@ -142,33 +344,10 @@ class Limiter:
         tokens: int,
         micros: int,
     ) -> Reservation:
-        """Take the request's share of every limit, or raise RateLimited naming the first limit
-        it would break (nothing is taken then)."""
-        now = self.clock()
-        minute = int(now // 60)
-        month, month_left = month_of(now)
-        lim = plan.limits
-        budget = None if lim.monthly_budget_usd is None else round(lim.monthly_budget_usd * 1e6)
-        tpm = lim.tokens_per_minute
-        status, used = await self._admit(
-            keys=list(_keys(key_id, minute, month)),
-            args=[
-                int(now * 1000),
-                _arg(lim.requests_per_minute),
-                _arg(tpm),
-                tokens,
-                _arg(lim.concurrent_requests),
-                request_id,
-                self.lease_ms,
-                _arg(budget),
-                micros,
-                int(month_left) + 7 * 86400,  # kept a week past the month for late settles
-            ],
-        )
-        status = status.decode() if isinstance(status, bytes) else status
-        if status != "ok":
-            raise self._refusal(status, int(used), plan_name, plan, tokens, micros, now)
-        return Reservation(key_id, request_id, minute, month, tokens if tpm else 0, micros)
+        """Both steps at once (a request whose size is known up front)."""
+        r = await self.request(key_id, plan_name, plan, request_id)
+        await self.reserve(r, plan_name, plan, tokens, micros)
+        return r
 
     def _refusal(
         self,
@@ -199,11 +378,28 @@ class Limiter:
             code=limit,
         )
 
-    async def settle(self, r: Reservation, tokens: int, micros: int) -> None:
-        """The request ended having used `tokens` (prompt + delivered) costing `micros`: free its
-        concurrency lease and correct the minute's tokens and the month's spend."""
-        _, tok, conc, spend = _keys(r.key_id, r.minute, r.month)
-        await self._settle(
-            keys=[tok, conc, spend],
-            args=[tokens - r.tokens if r.tokens else 0, r.request_id, micros - r.micros],
+    async def settle(self, r: Reservation, tokens: int, micros: int, extra: int = 0) -> bool:
+        """The request ended having used `tokens` (prompt + delivered) costing `micros` and made
+        `extra` further model calls: free its lease and correct the minute's tokens and
+        requests and the month's spend. False if it was settled (or swept) before: nothing
+        changes then."""
+        done = await self._settle(
+            args=[self._pinned_ms(), _prefix(r.key_id), r.request_id, tokens, micros, extra]
         )
+        return bool(done)
+
+    async def renew(self, reservations: Iterable[Reservation]) -> None:
+        """Extend the leases of requests still in flight (one script call per key)."""
+        by_key: dict[str, list[str]] = {}
+        for r in reservations:
+            by_key.setdefault(r.key_id, []).append(r.request_id)
+        for key_id, rids in by_key.items():
+            await self._renew(args=[self._pinned_ms(), _prefix(key_id), self.lease_ms, *rids])
+
+    async def sweep(self, most: int = 1000) -> int:
+        """Give back the reservations whose lease ran out (their gateway died); how many."""
+        n = 0
+        async for name in self.client.scan_iter(match="zl:rl:{*}:conc", count=500):
+            prefix = _text(name).removesuffix(":conc")
+            n += int(await self._sweep(args=[self._pinned_ms(), prefix, most]))
+        return n

@@ -39,6 +39,11 @@ class Backend(Protocol):
     async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
         """chunker: complete chunks of text and where its unconsumed rest starts."""
 
+    async def chunk_all(
+        self, model: str, texts: list[str], options: ChunkOptions
+    ) -> list[Chunks] | Failed:
+        """chunker: the chunks of every text, in one call."""
+
     def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
         """Events of one request: Start, Delta..., End, or Failed."""
 

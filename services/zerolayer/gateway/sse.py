@@ -4,11 +4,15 @@ the replicas' events (zerolayer.protocol)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from zerolayer.errors import EngineError
 from zerolayer.protocol import Delta, End, Failed, ReplicaEvent, Start
+
+log = logging.getLogger(__name__)
 
 __all__ = ["sse", "usage", "Shape", "sse_stream"]
 
@@ -83,36 +87,44 @@ async def sse_stream(
     first: Start,
     include_usage: bool,
     on_token: Callable[[], None],
-    on_end: Callable[[int, int], None],
+    on_end: Callable[[int, int, float | None], None],
     report: Callable[[int, int], dict[str, int]] = usage,
 ) -> AsyncIterator[bytes]:
-    """SSE frames of one request. on_token() is called at the first generated token (admission
-    control measures the wait with it); on_end(prompt, completion) exactly once, with the tokens
-    delivered, however the stream ends: finished, failed, or the client gone. report(prompt,
-    completion) makes the usage chunk."""
+    """SSE frames of one request. on_token() is called at the first generated token;
+    on_end(prompt, completion, queue_s) exactly once, with the tokens delivered and the queue
+    wait the replica measured (None if it did not end), however the stream ends: finished,
+    failed, or the client gone. A replica that breaks off (its process died) is reported in-band
+    like a failure. report(prompt, completion) makes the usage chunk."""
     prompt_tokens = first.prompt_tokens
     completion = 0
+    queue_s: float | None = None
     try:
         if shape.chat:
             yield sse(shape.chunk(None, None, include_usage))
-        async for ev in events:
-            if isinstance(ev, Delta):
-                if not completion:
-                    on_token()
-                completion += ev.tokens
-                if ev.text:  # an end-of-sequence token carries no text: nothing to send
-                    yield sse(shape.chunk(ev.text, None, include_usage))
-            elif isinstance(ev, End):
-                completion = ev.completion_tokens
-                yield sse(shape.chunk(None if shape.chat else "", ev.finish_reason, include_usage))
-                if include_usage:
-                    yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
-            elif isinstance(ev, Failed):
-                # Status 200 is already sent: report in-band, then end the stream properly.
-                completion = max(completion, ev.completion_tokens)
-                yield sse(ev.error.body())
-                break
+        try:
+            async for ev in events:
+                if isinstance(ev, Delta):
+                    if not completion:
+                        on_token()
+                    completion += ev.tokens
+                    if ev.text:  # an end-of-sequence token carries no text: nothing to send
+                        yield sse(shape.chunk(ev.text, None, include_usage))
+                elif isinstance(ev, End):
+                    completion, queue_s = ev.completion_tokens, ev.queue_s
+                    finish = ev.finish_reason
+                    yield sse(shape.chunk(None if shape.chat else "", finish, include_usage))
+                    if include_usage:
+                        yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
+                elif isinstance(ev, Failed):
+                    # Status 200 is already sent: report in-band, then end the stream properly.
+                    completion = max(completion, ev.completion_tokens)
+                    yield sse(ev.error.body())
+                    break
+        except Exception as exc:  # the replica's process died or the handle broke off
+            log.warning("stream %s broke off: %s", shape.rid, type(exc).__name__)
+            err = EngineError(f"the tier's replica stopped while answering ({type(exc).__name__})")
+            yield sse(err.body())
         yield sse("[DONE]")
     finally:
-        on_end(prompt_tokens, completion)
+        on_end(prompt_tokens, completion, queue_s)
         await events.aclose()  # type: ignore[attr-defined]

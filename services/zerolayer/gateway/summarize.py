@@ -4,17 +4,21 @@ joined and, while they are still longer than one chunk, summarised again (reduce
 then replaced by the summary and the request answered as usual.
 
 The whole job is admitted once, before any model call, with a reservation that covers every map
-call and the final answer, and is settled to the tokens all the calls used. Without the opt-in a
-prompt over the context is a 400 that states both numbers.
+call and the final answer and counts each possible map call as a request of the key's minute; it
+is settled to the tokens all the calls used. A message that makes more than
+`chunker.max_summary_chunks` chunks is a 400, and every map call passes the tier's admission
+control as a request of its own would. Without the opt-in a prompt over the context is a 400
+that states both numbers.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zerolayer.errors import ContextLengthExceeded, EngineError
+from zerolayer.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from zerolayer.gateway.parts import Backend, chunked, prompt_ids
 from zerolayer.protocol import ChunkOptions, Failed, PromptInput, SamplingSpec, Target
 
@@ -39,6 +43,7 @@ class SummaryJob:
     summary_tokens: int
     index: int  # the message that is summarised
     chunks: list[str]
+    shed: Callable[[], None] = lambda: None  # admission control, before each map call
     prompt_used: int = 0
     completion_used: int = 0
     calls: int = 0
@@ -52,8 +57,13 @@ class SummaryJob:
         prompt += 2 * n * (self.summary_tokens + _TEMPLATE_TOKENS)
         return prompt, 3 * n * self.summary_tokens
 
+    def most_calls(self) -> int:
+        """The most map calls the job may make (every round at most as many as the first)."""
+        return _MAX_ROUNDS * len(self.chunks)
+
     async def _one(self, text: str, sem: asyncio.Semaphore) -> str:
         async with sem:
+            self.shed()
             req = PromptInput(messages=[{"role": "user", "content": MAP_INSTRUCTION + text}])
             ids = await prompt_ids(self.backend, self.model, req)
             self.calls += 1
@@ -104,6 +114,8 @@ async def plan_summary(
     chunk_tokens: int,
     summary_tokens: int,
     overflow: ContextLengthExceeded,
+    max_chunks: int,
+    shed: Callable[[], None],
 ) -> SummaryJob:
     """The map-reduce job for a request whose prompt is over the context (nothing runs yet)."""
     index = max(range(len(messages)), key=lambda i: len(messages[i]["content"]))
@@ -113,5 +125,11 @@ async def plan_summary(
     ev = await chunked(backend, model, messages[index]["content"], ChunkOptions(size))
     if len(ev.chunks) <= 1:
         raise overflow  # the longest message is not what overflows: nothing to summarise
+    if len(ev.chunks) > max_chunks:
+        raise InvalidRequest(
+            f"the message is too long to summarise: it makes {len(ev.chunks)} chunks of "
+            f"{size} tokens, at most {max_chunks} are summarised",
+            param="messages",
+        )
     texts = [c.text for c in ev.chunks]
-    return SummaryJob(backend, model, dest, rid, size, summary_tokens, index, texts)
+    return SummaryJob(backend, model, dest, rid, size, summary_tokens, index, texts, shed)

@@ -56,11 +56,14 @@ class TierReplica:
         yield Start(prompt_tokens)
         completion = 0
         finish = None
-        first_at: float | None = None
+        queue_s: float | None = None
+        sent = time.monotonic()
         try:
             async for delta in self.engine.generate(spec):
-                if first_at is None and delta.token_ids:
-                    first_at = time.monotonic()
+                if queue_s is None:  # the engine's own measure, else the time to this delta
+                    queue_s = delta.queue_s
+                    if queue_s is None:
+                        queue_s = time.monotonic() - sent
                 completion += len(delta.token_ids)
                 finish = delta.finish_reason or finish
                 if delta.text or delta.token_ids:
@@ -70,9 +73,7 @@ class TierReplica:
             err = EngineError(f"the engine failed while generating: {type(exc).__name__}")
             yield Failed.of(err, prompt_tokens, completion)
             return
-        # from the first token on: the gateway subtracts it to measure the queue wait
-        decode_s = time.monotonic() - first_at if first_at is not None else 0.0
-        yield End(finish or "stop", prompt_tokens, completion, decode_s)
+        yield End(finish or "stop", prompt_tokens, completion, queue_s)
 
     async def complete(self, spec: SamplingSpec) -> End | Failed:
         """The whole result of one request as a single event: End with the text, or Failed."""
@@ -85,7 +86,7 @@ class TierReplica:
                     ev.finish_reason,
                     ev.prompt_tokens,
                     ev.completion_tokens,
-                    ev.decode_s,
+                    ev.queue_s,
                     "".join(parts),
                 )
             elif isinstance(ev, Failed):

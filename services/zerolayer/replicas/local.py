@@ -38,6 +38,11 @@ class LocalBackend:
     async def chunk(self, model: str, text: str, options: ChunkOptions) -> Chunks | Failed:
         return await self.chunker.chunk(model, text, options)
 
+    async def chunk_all(
+        self, model: str, texts: list[str], options: ChunkOptions
+    ) -> list[Chunks] | Failed:
+        return await self.chunker.chunk_all(model, texts, options)
+
     async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
         gen = self.replicas[target].stream(spec)
         try:

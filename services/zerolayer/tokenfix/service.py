@@ -10,6 +10,7 @@ Errors are values here, as on every hop (zerolayer.protocol): `Failed`.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import unicodedata
 from pathlib import Path
@@ -48,8 +49,10 @@ class Tokenfix:
         return ids
 
     async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
-        """The prompt's token ids, or the error as a value (this is a deployment method)."""
+        """The prompt's token ids, or the error as a value (this is a deployment method). The
+        work runs in a worker thread: the caller's event loop (a gateway's, when tokenfix runs
+        inside it) keeps answering other requests meanwhile."""
         try:
-            return Prompt(self.token_ids(model, req))
+            return Prompt(await asyncio.to_thread(self.token_ids, model, req))
         except APIError as exc:
             return Failed.of(exc)

@@ -16,6 +16,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ class _Request:
     position: int = 0  # tokens in the cache
     cancelled: bool = False
     finished: bool = False
+    queued_at: float = field(default_factory=time.monotonic)
+    queue_s: float | None = None  # set when the engine takes it in, sent with the first token
 
     def worst_length(self) -> int:
         return len(self.spec.prompt_token_ids) + self.spec.max_tokens
@@ -250,6 +253,7 @@ class TorchEngine:
             if running and cache.bytes_for(len(running) + 1, longest) > self.kv_bytes:
                 break
             waiting.pop(0)
+            req.queue_s = time.monotonic() - req.queued_at
             slot = len(running)
             cache.ensure(slot + 1, min(longest, self.max_model_len))
             logits = self.model.prefill(req.spec.prompt_token_ids, slot, cache)
@@ -316,7 +320,8 @@ class TorchEngine:
         req.sent_text = text
         if finish is not None:
             req.finished = True
-        req.send(TokenDelta(new, [token], finish))
+        first = len(req.output) == 1
+        req.send(TokenDelta(new, [token], finish, req.queue_s if first else None))
 
 
 def _decode_window(tokenizer: Any, req: _Request, flush: bool) -> str:

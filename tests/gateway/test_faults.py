@@ -1,0 +1,192 @@
+"""Faults around one gateway, with real processes where the promise depends on them: Redis stopped
+mid-request and down, a client gone before its stream starts, a replica that breaks off, a tier
+that does not take a request, and /healthz while a megabyte is being tokenized."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from zerolayer.engines.fake import FakeEngine
+from zerolayer.protocol import Delta, ReplicaEvent, SamplingSpec, Start, Target
+from zerolayer.store.embedded import EmbeddedRedis
+
+from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
+from tests.gateway.test_api import CHAT, assert_openai_error, sse_events
+
+
+def leases(gw: Any) -> int:
+    return int(gw.redis.zcard(f"zl:rl:{{{gw.key_id}}}:conc"))
+
+
+def wait_for(check: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_redis_stopped_mid_request_then_down_then_back(
+    make_gateway: GatewayFactory, tmp_path: Path
+) -> None:
+    server = EmbeddedRedis(tmp_path / "redis")
+    server.start()
+    slow = FakeEngine(SCRIPT, delay_s=0.25)  # about 2 s per request
+    gw = make_gateway(
+        plans={"one": plan(concurrent_requests=1)},
+        key_plan="one",
+        engine=slow,
+        store=server.secret_url(),
+    )
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(
+                gw.client.post, "/v1/chat/completions", headers=gw.auth, json=CHAT
+            )
+            wait_for(lambda: slow.requests == 1, 10, "the request to reach the engine")
+            server.stop()  # SIGTERM: the AOF is flushed, the server exits
+            # the admitted request still finishes: its answer does not need Redis
+            assert running.result().status_code == 200
+        # Redis is down: a clear 503 with Retry-After, not a 500
+        down = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)
+        err = assert_openai_error(down, 503, "server_error")
+        assert err["code"] == "store_unavailable" and int(down.headers["retry-after"]) >= 1
+        assert gw.client.get("/healthz").status_code == 503
+        server.start()  # the same data: the request's lease is still held
+        # the settlement was retried until Redis answered: the lease comes back
+        wait_for(lambda: leases(gw) == 0, 20, "the retried settlement")
+        assert gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_client_gone_before_the_stream_starts_is_settled(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"authorization", f"Bearer {gw.key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+    async def call() -> None:
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            raise OSError("connection reset by peer")  # gone before the first byte
+
+        try:
+            await gw.app(scope, receive, send)
+        except Exception:  # the server's own handling of a gone client
+            pass
+
+    gw.client.portal.call(call)
+    gw.settled()
+    assert leases(gw) == 0  # the lease came back although the stream never started
+    assert gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT).status_code == 200
+
+
+class _BrokenBackend:
+    """Wraps a backend: streams break off after one token and complete() raises, as a Ray handle
+    does when the replica's process dies."""
+
+    def __init__(self, inner: Any, hang: bool = False):
+        self.inner = inner
+        self.hang = hang
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+        if self.hang:
+            await asyncio.sleep(3600)
+        yield Start(len(spec.prompt_token_ids))
+        yield Delta("The", 1)
+        raise RuntimeError("ActorDiedError: the replica's process died")
+
+    async def complete(self, target: Target, spec: SamplingSpec) -> Any:
+        if self.hang:
+            await asyncio.sleep(3600)
+        raise RuntimeError("ActorDiedError: the replica's process died")
+
+
+def test_a_replica_dying_mid_stream_gives_an_error_frame_then_done(
+    make_gateway: GatewayFactory,
+) -> None:
+    gw = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
+    flow = gw.app.state.flow
+    flow.backend = _BrokenBackend(flow.backend)
+    r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["code"] == "engine_error"
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-2]) == "The"
+    # non-streamed: a 503 in the OpenAI format, not a 500
+    plain = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)
+    assert assert_openai_error(plain, 503, "server_error")["code"] == "engine_error"
+    gw.settled()
+    assert leases(gw) == 0
+
+
+def test_a_tier_that_takes_no_request_is_a_bounded_503(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway(gateway={"tier_wait_s": 0.5, "request_timeout_s": 0.5})
+    flow = gw.app.state.flow
+    flow.backend = _BrokenBackend(flow.backend, hang=True)
+    for stream in (True, False):
+        r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "stream": stream})
+        err = assert_openai_error(r, 503, "server_error")
+        assert err["code"] == "tier_unavailable" and int(r.headers["retry-after"]) >= 1
+
+
+def test_healthz_answers_while_a_megabyte_is_tokenized(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    big = {**CHAT, "messages": [{"role": "user", "content": "lorem ipsum " * 87_000}]}
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def heavy() -> int:
+        r = gw.client.post("/v1/chat/completions", headers=gw.auth, json=big)
+        with lock:
+            done.append("big")
+        return r.status_code
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(heavy)
+        time.sleep(0.3)  # the body is in, tokenization under way
+        answered = 0
+        while not future.done() and answered < 3:
+            assert gw.client.get("/healthz").status_code == 200
+            with lock:
+                if "big" not in done:
+                    answered += 1
+        status = future.result()
+    assert status == 400  # over the context (and it was tokenized: the count is exact)
+    assert answered >= 1, "/healthz did not answer while the big body was being tokenized"
+    print(f"/healthz answered {answered} times while a megabyte was tokenized")
