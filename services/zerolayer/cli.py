@@ -30,15 +30,26 @@ def _config(args: argparse.Namespace) -> PlatformConfig:
 def _cmd_up(args: argparse.Namespace) -> int:
     from zerolayer.serve.launcher import Platform
 
-    platform = Platform(_config(args))
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def on_signal(signum: int, _: object) -> None:
+        if stop.is_set():
+            return
+        stop.set()
+        if signum == signal.SIGTERM:  # what systemd, Docker and Kubernetes send
+            raise KeyboardInterrupt  # out of a start in progress, like Ctrl-C
+
+    signal.signal(signal.SIGTERM, on_signal)
+    platform = Platform(_config(args), on_sigterm=on_signal)
     try:
         platform.start()
+        # The key goes to a terminal only: output sent to a file or a log gets its place.
+        shown = platform.key if sys.stdout.isatty() else f"in {platform.dev_key_path}"
+        key = platform.key if sys.stdout.isatty() else "$(cat " + str(platform.dev_key_path) + ")"
         print(
-            f"\nzerolayer is up.\n  base URL: {platform.base_url}\n  API key:  {platform.key}\n"
+            f"\nzerolayer is up.\n  base URL: {platform.base_url}\n  API key:  {shown}\n"
             f"  admin key: in {platform.admin_key_source}\n"
-            f"  try: curl {platform.base_url}/models -H 'Authorization: Bearer {platform.key}'\n"
+            f'  try: curl {platform.base_url}/models -H "Authorization: Bearer {key}"\n'
             "Press Ctrl-C to stop.",
             flush=True,
         )
@@ -46,6 +57,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        # a second Ctrl-C or SIGTERM must not cut the stop short (Redis stops last)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("stopping zerolayer ...", file=sys.stderr, flush=True)
         platform.stop()
         print("stopped.", file=sys.stderr, flush=True)

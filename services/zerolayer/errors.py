@@ -21,6 +21,7 @@ __all__ = [
     "RateLimited",
     "Overloaded",
     "StoreUnavailable",
+    "ShuttingDown",
     "TierUnavailable",
     "EngineError",
     "openai_error_body",
@@ -146,6 +147,14 @@ class StoreUnavailable(RetryLater):
     status_code = 503
     error_type = "server_error"
     code = "store_unavailable"
+
+
+class ShuttingDown(RetryLater):
+    """The gateway is draining before it stops: it takes no new request."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "shutting_down"
 
 
 class TierUnavailable(RetryLater):

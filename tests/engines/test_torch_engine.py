@@ -111,6 +111,11 @@ def test_stops_seeds_and_cancellation(model_dir: Path, prompts: Any) -> None:
             cut_at = full[1].index("5")
             stopped = await _collect(engine, SamplingSpec("b", ids, 40, 0.0, stop=["5"]))
             assert stopped[2] == "stop" and stopped[1] == full[1][:cut_at]
+            # a stop string over several tokens: none of its start is streamed before the
+            # engine knows (the line break came as its own token and leaked before)
+            cut_at = full[1].index("\n5")
+            spanning = await _collect(engine, SamplingSpec("e", ids, 40, 0.0, stop=["\n5"]))
+            assert spanning[2] == "stop" and spanning[1] == full[1][:cut_at]
             seeded = [
                 await _collect(engine, SamplingSpec(f"s{i}", ids, 12, 1.0, seed=7))
                 for i in range(2)
@@ -384,3 +389,13 @@ def test_without_a_compiler_the_tier_serves_through_torch_ops_and_says_so(
     got, info = asyncio.run(run())
     assert got == [greedy(load_model(model_dir), ids, stop_at_eos=True) for ids in chats[:1]]
     assert not info["latency_kernel"] and "no C compiler" in info["latency_note"]
+
+
+def test_text_that_may_start_a_stop_string_is_held_back() -> None:
+    from zerolayer.engines.torch_engine.engine import _stop_prefix
+
+    assert _stop_prefix(" Paris", ["s."]) == 1  # "s" may be the start of "s."
+    assert _stop_prefix(" Pari", ["s."]) == 0
+    assert _stop_prefix("1, 2, 3, 4,", [", 5", "xyz"]) == 1
+    assert _stop_prefix("1, 2, 3, 4, ", [", 5"]) == 2
+    assert _stop_prefix("abc", []) == 0

@@ -110,6 +110,7 @@ def make_gateway(
         gateway: dict[str, Any] | None = None,
         chunker: dict[str, Any] | None = None,
         store: str | None = None,
+        wrap: Callable[[Any], Any] | None = None,
     ) -> Gateway:
         url = store or redis_url  # another Redis (with its credentials), for fault tests
         cfg = base_config.model_copy(
@@ -157,7 +158,8 @@ def make_gateway(
                 keys=KeyStore(sync),
             )
         )
-        client = TestClient(app, raise_server_exceptions=RAISE)
+        # wrap: ASGI layers around the app, as Ray Serve puts its own around it
+        client = TestClient(wrap(app) if wrap else app, raise_server_exceptions=RAISE)
         client.__enter__()
         stack.append(client)
         for r in replicas.values():

@@ -94,6 +94,7 @@ def test_low_priority_is_shed_with_503_and_counted(make_gateway: GatewayFactory)
     metrics = gw.client.get("/metrics").text
     assert 'zerolayer_admission_shed_total{tier="smollm2-135m:baseline",plan="low"}' in metrics
     assert 'zerolayer_queue_wait_seconds{tier="smollm2-135m:baseline"}' in metrics
+    assert 'zerolayer_requests_total{tier="smollm2-135m:baseline",plan="low"} 3' in metrics
     # a higher-priority key on the same gateway still gets through
     key = gw.client.post("/admin/keys", headers=gw.admin, json={"plan": "high"}).json()["key"]
     high = {"Authorization": f"Bearer {key}"}

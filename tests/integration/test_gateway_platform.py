@@ -191,3 +191,22 @@ def test_an_oversized_chunked_body_is_refused_while_it_is_read(platform: Platfor
     # the answer came before the whole body was sent (a gateway that reads the body whole
     # answers only after all of it); how much went out first depends on the machine's load
     assert sent < total, sent
+
+
+def test_the_edge_keeps_one_request_id_and_no_client_timeout(platform: Platform) -> None:
+    body = {
+        "model": "smollm2-135m:sparse24",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 4,
+    }
+    headers = {
+        "Authorization": f"Bearer {platform.key}",
+        "x-request-id": "client-chose-this",
+        # Ray Serve would time the request out itself and answer a plain-text 408
+        "x-request-timeout-seconds": "0.001",
+    }
+    r = httpx.post(platform.base_url + "/chat/completions", json=body, headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.headers.get_list("x-request-id") == [r.json()["id"]]
+    health = httpx.get(root(platform) + "/healthz", headers={"x-request-id": "abc"}, timeout=30)
+    assert health.headers.get_list("x-request-id") == ["abc"]

@@ -53,6 +53,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        flow.start()  # lease renewal and the sweep run from the start, not from a first request
         yield
         # shutdown: settle what is pending (bounded) before the replica goes
         await flow.close(cfg.gateway.drain_s)

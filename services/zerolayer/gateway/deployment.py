@@ -127,7 +127,13 @@ class GatewayDeployment:
         return {"status": "ok", "redis": "ok", "tiers": tiers}
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(self.parts)
+        self.fastapi = create_app(self.parts)
+        return self.fastapi
+
+    async def drain(self, timeout_s: float) -> int:
+        """Before the platform stops: refuse new requests and wait (bounded) for those in flight
+        to end and settle; returns how many were left."""
+        return int(await self.fastapi.state.flow.quiesce(timeout_s))
 
 
 def gateway_deployment(cfg: PlatformConfig) -> Any:

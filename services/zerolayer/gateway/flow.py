@@ -22,6 +22,7 @@ from zerolayer.errors import (
     EngineError,
     Overloaded,
     RateLimited,
+    ShuttingDown,
     TierUnavailable,
 )
 from zerolayer.gateway.admission import Admission
@@ -85,6 +86,7 @@ class Flow:
         self._background: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
+        self.draining = False  # shutting down: new requests are refused
 
     def later(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a coroutine to its end even if the request that started it is cancelled."""
@@ -109,6 +111,17 @@ class Flow:
             await asyncio.wait(list(self._background), timeout=left)
         return True
 
+    async def quiesce(self, timeout_s: float) -> int:
+        """Shutdown, first step: refuse new requests (503 with Retry-After) and wait, at most
+        timeout_s, until the requests in flight have ended and settled; how many are left."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.inflight and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        await self.drain(max(0.0, deadline - loop.time()))
+        return len(self.inflight)
+
     async def close(self, timeout_s: float = 10.0) -> None:
         """Shutdown: settle what is pending (bounded), then stop retrying and renewing. What is
         left is returned by another gateway's sweep once its lease runs out."""
@@ -116,6 +129,10 @@ class Flow:
         self._stop.set()
         if self._keeper is not None:
             self._keeper.cancel()
+
+    def start(self) -> None:
+        """Start renewing leases and sweeping orphaned ones (needs a running event loop)."""
+        self._keep()
 
     def _keep(self) -> None:
         if self._keeper is None:
@@ -159,6 +176,8 @@ class Flow:
 
     async def request(self, record: ApiKeyRecord, rid: str) -> Reservation:
         """The cheap limits (requests/min, concurrency), before any heavy work."""
+        if self.draining:
+            raise ShuttingDown("the platform is shutting down; retry shortly", 5.0)
         self._keep()
         try:
             r = await self.limiter.request(
@@ -278,6 +297,7 @@ class Flow:
             )
             ids = await self._summarised(job, target.model, prompt)
             max_tokens = completion_budget(max_len, len(ids), asked, default)
+        self.metrics.inc("requests", str(target), call.record.plan)
         spec = SamplingSpec(
             request_id=rid,
             prompt_token_ids=ids,

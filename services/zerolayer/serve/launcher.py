@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import psutil
 import redis
 
 from zerolayer.collapse import BuildProgress, build_missing
@@ -21,7 +26,9 @@ from zerolayer.store.connect import sync_client
 from zerolayer.store.embedded import EmbeddedRedis, private_dir, write_private
 from zerolayer.store.keys import KeyStore, hash_key
 
-__all__ = ["Platform", "dev_key", "admin_key"]
+__all__ = ["Platform", "dev_key", "admin_key", "ray_temp_dir"]
+
+EDGE = "zerolayer.gateway.edge:middlewares"
 
 
 def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
@@ -52,6 +59,24 @@ def admin_key(cfg: PlatformConfig) -> str:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_private(path, key + "\n")
     return key
+
+
+def ray_temp_dir() -> Path:
+    """A private folder (0700) for a local Ray's session files, short enough for its sockets."""
+    return private_dir(Path(tempfile.gettempdir()) / f"zerolayer-{os.getuid()}-ray")
+
+
+def _end_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
+    """SIGTERM the processes still alive, then SIGKILL those that outlive grace_s."""
+    alive = [p for p in procs if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, left = psutil.wait_procs(alive, timeout=grace_s)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(left, timeout=5)
 
 
 def _without_password(url: str) -> str:
@@ -100,11 +125,15 @@ class _Progress:
 class Platform:
     """Redis + Ray + the zerolayer application, started in order and stopped in reverse."""
 
-    def __init__(self, cfg: PlatformConfig, log=sys.stderr):
+    def __init__(self, cfg: PlatformConfig, log=sys.stderr, on_sigterm: Any = None):
         self.cfg = cfg
         self.log = log
+        # Ray's init replaces the process's SIGTERM handler with one that kills every Ray
+        # process at once; the caller's (which stops in order, draining) is put back after it
+        self.on_sigterm = on_sigterm
         self._redis: EmbeddedRedis | None = None
         self._ray_started = False
+        self._ray_processes: list[psutil.Process] = []
         self.key: str | None = None
 
     @property
@@ -113,6 +142,11 @@ class Platform:
         if self.cfg.admin_key:
             return "ZEROLAYER_ADMIN_KEY"
         return str(self.cfg.admin_key_file or Path(self.cfg.cache_dir) / "admin-key")
+
+    @property
+    def dev_key_path(self) -> Path:
+        """Where the developer key is kept."""
+        return Path(self.cfg.dev_key_file or Path(self.cfg.cache_dir) / "dev-key")
 
     @property
     def base_url(self) -> str:
@@ -126,10 +160,13 @@ class Platform:
 
     def start(self) -> Platform:
         """Import missing models, start everything, create the dev key; return self."""
-        if self.cfg.ray.throughput_optimized and self.cfg.ray.address is None:
+        if self.cfg.ray.address is None:
             # Read by Ray Serve at import in every Ray process, which inherit this environment;
             # set before this module imports ray.
-            os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+            if self.cfg.ray.throughput_optimized:
+                os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+            # the gateway's edge (zerolayer.gateway.edge) around Ray Serve's own HTTP handling
+            os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", EDGE)
         from zerolayer.serve.app import APP_NAME, build_app
 
         private_dir(Path(self.cfg.cache_dir))  # it holds the keys: this user's alone
@@ -167,18 +204,24 @@ class Platform:
         from ray import serve
 
         self._say("ray: starting")
+        local = self.cfg.ray.address is None
         ray.init(
             address=self.cfg.ray.address,
-            num_cpus=None if self.cfg.ray.address else self.cfg.ray.num_cpus,
+            num_cpus=self.cfg.ray.num_cpus if local else None,
             include_dashboard=False,
             logging_level="WARNING",
             log_to_driver=True,
+            # Ray's session files (logs, sockets) in a folder only this user can enter
+            _temp_dir=str(ray_temp_dir()) if local else None,
         )
         self._ray_started = True
+        self._ray_processes = self._children()
+        if self.on_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.on_sigterm)
         serve.start(http_options={"host": self.cfg.host, "port": self.cfg.port})
         self._say("serve: deploying (the engine loads the model; about a minute on a CPU)")
-        with _Progress(APP_NAME, self.log):
-            try:
+        try:
+            with _Progress(APP_NAME, self.log):  # ends before a failed start stops Ray
                 serve.run(
                     build_app(self.cfg),
                     name=APP_NAME,
@@ -187,25 +230,57 @@ class Platform:
                     # writes warnings and errors to its session logs.
                     logging_config={"enable_access_log": False, "log_level": "WARNING"},
                 )
-            except Exception as exc:
-                self.stop()
-                raise ArtifactError(f"the application failed to start: {exc}") from exc
+        except Exception as exc:
+            self.stop()
+            raise ArtifactError(f"the application failed to start: {exc}") from exc
         return self
 
     def stop(self) -> None:
-        """Stop the application, Ray and the embedded Redis (whatever was started)."""
+        """Stop the application (its replicas finish or time out their requests in flight and
+        settle them), then Ray, then every process Ray left, and the embedded Redis last (it
+        fsyncs its AOF on SIGTERM). Each step runs even if one before it failed."""
         if self._ray_started:
             import ray
             from ray import serve
 
+            seen = {p.pid: p for p in self._ray_processes + self._children()}
+            self._drain(serve)
             try:
                 serve.shutdown()
-            finally:
+            except Exception as exc:  # keep going: what follows must still stop
+                self._say(f"serve shutdown failed: {exc!r}")
+            try:
                 ray.shutdown()
-                self._ray_started = False
+            except Exception as exc:
+                self._say(f"ray shutdown failed: {exc!r}")
+            self._ray_started = False
+            _end_processes(list(seen.values()))
+            self._ray_processes = []
         if self._redis is not None:
             self._redis.stop()
             self._redis = None
+
+    def _drain(self, serve: Any) -> None:
+        """Let the gateway finish its requests in flight (bounded by gateway.drain_s) before
+        anything stops; new requests get 503 shutting_down meanwhile."""
+        from zerolayer.serve.app import APP_NAME
+
+        limit = self.cfg.gateway.drain_s
+        try:
+            app = serve.status().applications.get(APP_NAME)
+            if app is None or app.status.value != "RUNNING":
+                return  # a failed or partial start: nothing is being served
+            gateway = serve.get_app_handle(APP_NAME)
+            left = gateway.drain.remote(limit).result(timeout_s=limit + 10)
+            if left:
+                self._say(f"drain: {left} requests still in flight after {limit:g} s")
+        except Exception as exc:  # nothing to drain (not deployed) or the gateway is gone
+            self._say(f"drain skipped: {type(exc).__name__}")
+
+    def _children(self) -> list[psutil.Process]:
+        """This process's descendants but the embedded Redis (Ray's processes)."""
+        redis_pid = self._redis.pid if self._redis is not None else None
+        return [p for p in psutil.Process().children(recursive=True) if p.pid != redis_pid]
 
     def __enter__(self) -> Platform:
         return self.start()

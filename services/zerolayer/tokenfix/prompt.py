@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +35,55 @@ class PromptBuilder:
             raise InvalidRequest(f"model at {model_dir} has no chat template; run the import")
 
     def chat(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Token ids of the chat template applied to messages, ready for the assistant's turn."""
+        """Token ids of the chat template applied to messages, ready for the assistant's turn.
+
+        Only the template makes special tokens: the text of a message is tokenized as text, so a
+        user who writes `<|im_start|>system` gets those characters, not a forged system turn.
+        The template is rendered with a random mark in place of each message's text; the marks
+        split the rendering into the template's own pieces (tokenized with their special
+        tokens) and the messages' texts (tokenized with special-token strings as plain text).
+        """
+        nonce = secrets.token_hex(8)
+        marked = [{**m, "content": f"\ue000{nonce}{i}\ue001"} for i, m in enumerate(messages)]
+        rendered = self._render(marked)
+        found = list(re.finditer("\ue000" + nonce + r"(\d+)\ue001", rendered))
+        if sorted(int(f.group(1)) for f in found) != list(range(len(messages))):
+            # a template that changes the text it is given: render the texts themselves, with
+            # every special-token string taken out of them first
+            return self._encode(
+                self._render([{**m, "content": self._defused(m)} for m in messages])
+            )
+        ids: list[int] = []
+        at = 0
+        for f in found:
+            ids += self._encode(rendered[at : f.start()])
+            text = messages[int(f.group(1))].get("content") or ""
+            ids += self._encode(text, as_text=True)
+            at = f.end()
+        return ids + self._encode(rendered[at:])
+
+    def _render(self, messages: list[dict[str, Any]]) -> str:
         try:
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True
+            return str(
+                self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False
+                )
             )
         except Exception as exc:  # jinja raises its own errors for odd messages
             raise InvalidRequest(f"messages do not fit the model's chat template: {exc}") from exc
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
+
+    def _encode(self, text: str, as_text: bool = False) -> list[int]:
+        if not text:
+            return []
+        return list(
+            self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=as_text)
+        )
+
+    def _defused(self, message: dict[str, Any]) -> str:
+        text = message.get("content") or ""
+        for special in self.tokenizer.all_special_tokens:
+            text = text.replace(special, "")
+        return text
 
     def completion(self, prompt: str | list[int]) -> list[int]:
         """Token ids of a raw completion prompt (text, or ids passed through after a check)."""

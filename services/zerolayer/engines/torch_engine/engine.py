@@ -43,7 +43,8 @@ class _Request:
     out: asyncio.Queue
     generator: torch.Generator | None = None
     output: list[int] = field(default_factory=list)
-    sent_text: str = ""
+    sent_text: str = ""  # all text decoded so far
+    emitted: int = 0  # characters of it sent (the rest may be the start of a stop string)
     prefix_at: int = 0  # incremental detokenizing: output[prefix_at:read_at] is decoded context
     read_at: int = 0
     position: int = 0  # tokens in the cache
@@ -313,10 +314,14 @@ class TorchEngine:
         elif len(req.output) >= req.spec.max_tokens or req.position + 1 >= self.max_model_len:
             finish = "length"
         text = req.sent_text + _decode_window(self.tokenizer, req, flush=finish is not None)
-        hit = _first_stop(text, req.spec.stop, len(req.sent_text))
+        hit = _first_stop(text, req.spec.stop, req.emitted)
         if hit is not None:
             text, finish = text[:hit], "stop"
-        new = text[len(req.sent_text) :]
+        # text that may be the start of a stop string waits until the next token decides
+        ready = len(text) if finish is not None else len(text) - _stop_prefix(text, req.spec.stop)
+        ready = max(ready, req.emitted)
+        new = text[req.emitted : ready]
+        req.emitted = ready
         req.sent_text = text
         if finish is not None:
             req.finished = True
@@ -335,6 +340,17 @@ def _decode_window(tokenizer: Any, req: _Request, flush: bool) -> str:
         return ""
     req.prefix_at, req.read_at = req.read_at, len(req.output)
     return now[len(before) :]
+
+
+def _stop_prefix(text: str, stops: list[str]) -> int:
+    """The length of the longest end of text that begins some stop string (0 if none)."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
 
 
 def _first_stop(text: str, stops: list[str], sent: int) -> int | None:
