@@ -67,10 +67,8 @@ def test_redis_stopped_mid_request_then_down_then_back(
         server.stop()
 
 
-def test_a_client_gone_before_the_stream_starts_is_settled(make_gateway: GatewayFactory) -> None:
-    gw = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
-    body = json.dumps({**CHAT, "stream": True}).encode()
-    scope = {
+def _scope(gw: Any, body: bytes) -> dict[str, Any]:
+    return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.4"},
         "http_version": "1.1",
@@ -89,6 +87,11 @@ def test_a_client_gone_before_the_stream_starts_is_settled(make_gateway: Gateway
         "server": ("127.0.0.1", 8000),
     }
 
+
+def _leave_after(gw: Any, body: bytes, messages: int) -> list[dict[str, Any]]:
+    """Call the app as a server would for a client that is gone after `messages` sends."""
+    got: list[dict[str, Any]] = []
+
     async def call() -> None:
         sent = False
 
@@ -100,14 +103,23 @@ def test_a_client_gone_before_the_stream_starts_is_settled(make_gateway: Gateway
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
-            raise OSError("connection reset by peer")  # gone before the first byte
+            if len(got) >= messages:
+                raise OSError("connection reset by peer")
+            got.append(message)
 
         try:
-            await gw.app(scope, receive, send)
+            await gw.app(_scope(gw, body), receive, send)
         except Exception:  # the server's own handling of a gone client
             pass
 
     gw.client.portal.call(call)
+    return got
+
+
+def test_a_client_gone_before_the_stream_starts_is_settled(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    assert _leave_after(gw, body, 0) == []  # gone before the first byte
     gw.settled()
     assert leases(gw) == 0  # the lease came back although the stream never started
     assert gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT).status_code == 200
@@ -279,3 +291,21 @@ def test_draining_refuses_new_requests_and_waits_for_those_in_flight(
         assert done.status_code == 200 and sse_events(done.text)[-1] == "[DONE]"
         assert left.result() == 0  # it ended and settled within the drain
     assert leases(gw) == 0
+
+
+def test_a_client_gone_mid_stream_pays_what_was_delivered(make_gateway: GatewayFactory) -> None:
+    engine = FakeEngine(SCRIPT, delay_s=0.05)
+    gw = make_gateway(
+        plans={"meter": plan(monthly_budget_usd=100.0)}, key_plan="meter", engine=engine
+    )
+    body = json.dumps({**CHAT, "stream": True, "max_tokens": 7}).encode()
+    got = _leave_after(gw, body, 4)  # the start, the role frame and two tokens, then gone
+    assert len(got) == 4
+    gw.settled()
+    assert leases(gw) == 0
+    prompt = len(gw.prompts.chat(CHAT["messages"]))
+    spend = sum(
+        int(gw.redis.get(k) or 0) for k in gw.redis.scan_iter(f"zl:rl:{{{gw.key_id}}}:spend:*")
+    )
+    # the plan's price: 1 micro-USD per prompt token, 2 per completion token
+    assert prompt * 1000 + 2 * 2000 <= spend < (prompt + 2 * 7) * 1000, spend

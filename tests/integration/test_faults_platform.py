@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -167,12 +168,27 @@ def up(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up
                 p.kill()
 
 
-def test_the_dev_key_is_not_written_to_a_log(up: Up) -> None:
+def _mode(path: Path) -> str:
+    return oct(path.stat().st_mode & 0o777)
+
+
+def test_secrets_stay_private(up: Up) -> None:
     key = (up.cache / "dev-key").read_text().strip()
     text = up.log.read_text()
-    assert key not in text and "API key:  in " in text
-    assert oct((up.cache / "dev-key").stat().st_mode & 0o777) == "0o600"
-    assert oct(up.cache.stat().st_mode & 0o777) == "0o700"
+    assert key not in text and "API key:  in " in text  # the output went to a file
+    assert _mode(up.cache / "dev-key") == "0o600" and _mode(up.cache) == "0o700"
+    assert _mode(up.redis.secret_file) == "0o600" and _mode(up.redis.socket.parent) == "0o700"
+    # Ray: every call to its servers needs a token only this user can read; its session files
+    # are in a folder only this user can enter
+    raylets = [p for p in up.processes() if p.name() == "raylet"]
+    assert raylets
+    env = raylets[0].environ()
+    assert env.get("RAY_AUTH_MODE") == "token"
+    token = Path(env["RAY_AUTH_TOKEN_PATH"])
+    assert _mode(token) == "0o600" and _mode(token.parent) == "0o700"
+    session = re.search(r"(/\S+)/sockets/", " ".join(raylets[0].cmdline()))
+    # <private>/ray/<session>/sockets/...: Ray makes its folders 0777, the one above is 0700
+    assert session and _mode(Path(session.group(1)).parents[1]) == "0o700"
 
 
 def _frames(up: Up, key: str, content: str, max_tokens: int, frames: list[str], at: Any) -> None:

@@ -4,6 +4,7 @@ admission control, per-key limits, the tier replica, and settlement of what was 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
@@ -430,6 +431,10 @@ class _SettledStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
+            # a started stream settles what it delivered as its generator closes; one that
+            # never started settles here
+            with contextlib.suppress(Exception):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
             self._on_close()
 
 

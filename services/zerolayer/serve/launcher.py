@@ -61,9 +61,37 @@ def admin_key(cfg: PlatformConfig) -> str:
     return key
 
 
+def _private_tmp() -> Path:
+    """<tmp>/zerolayer-<uid>: this user's alone (0700)."""
+    return private_dir(Path(tempfile.gettempdir()) / f"zerolayer-{os.getuid()}")
+
+
 def ray_temp_dir() -> Path:
-    """A private folder (0700) for a local Ray's session files, short enough for its sockets."""
-    return private_dir(Path(tempfile.gettempdir()) / f"zerolayer-{os.getuid()}-ray")
+    """Where a local Ray keeps its session files (logs, sockets). Ray makes the folders it
+    creates world-writable (0777), so this one sits inside a private folder (0700) that nobody
+    else can enter; short, for Ray's socket paths."""
+    return _private_tmp() / "ray"
+
+
+def ray_auth_token() -> Path:
+    """The token every call to the local Ray's servers must carry (made once, mode 0600)."""
+    path = _private_tmp() / "ray-auth-token"
+    if not path.exists():
+        write_private(path, secrets.token_hex(32))
+    return path
+
+
+def _ray_token_auth() -> None:
+    """Token authentication for the local Ray (see Platform.start)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(ray_auth_token()))
+    try:  # Ray reads these once, at import: a process that imported it already reads them again
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # a Ray without token authentication
+        pass
 
 
 def _end_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
@@ -167,6 +195,10 @@ class Platform:
                 os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
             # the gateway's edge (zerolayer.gateway.edge) around Ray Serve's own HTTP handling
             os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", EDGE)
+            # Ray's servers listen on every interface and Ray has no setting to change that:
+            # every call to them must carry a token, kept in a file only this user can read
+            # (Ray's own default is ~/.ray/auth_token, created readable by everyone)
+            _ray_token_auth()
         from zerolayer.serve.app import APP_NAME, build_app
 
         private_dir(Path(self.cfg.cache_dir))  # it holds the keys: this user's alone
