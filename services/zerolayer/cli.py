@@ -44,8 +44,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
     try:
         platform.start()
         # The key goes to a terminal only: output sent to a file or a log gets its place.
-        shown = platform.key if sys.stdout.isatty() else f"in {platform.dev_key_path}"
-        key = platform.key if sys.stdout.isatty() else "$(cat " + str(platform.dev_key_path) + ")"
+        if sys.stdout.isatty():
+            shown = key = platform.key or ""
+        else:
+            shown, key = f"in {platform.dev_key_path}", f"$(cat {platform.dev_key_path})"
         print(
             f"\nzerolayer is up.\n  base URL: {platform.base_url}\n  API key:  {shown}\n"
             f"  admin key: in {platform.admin_key_source}\n"

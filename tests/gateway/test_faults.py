@@ -67,20 +67,23 @@ def test_redis_stopped_mid_request_then_down_then_back(
         server.stop()
 
 
-def _scope(gw: Any, body: bytes) -> dict[str, Any]:
+def _scope(
+    gw: Any, body: bytes, path: str = "/v1/chat/completions", kind: bytes = b"application/json"
+) -> dict[str, Any]:
+    route, _, query = path.partition("?")
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.4"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
+        "path": route,
+        "raw_path": route.encode(),
+        "query_string": query.encode(),
         "root_path": "",
         "headers": [
             (b"authorization", f"Bearer {gw.key}".encode()),
-            (b"content-type", b"application/json"),
+            (b"content-type", kind),
             (b"content-length", str(len(body)).encode()),
         ],
         "client": ("127.0.0.1", 5000),
@@ -88,7 +91,7 @@ def _scope(gw: Any, body: bytes) -> dict[str, Any]:
     }
 
 
-def _leave_after(gw: Any, body: bytes, messages: int) -> list[dict[str, Any]]:
+def _leave_after(gw: Any, body: bytes, messages: int, **where: Any) -> list[dict[str, Any]]:
     """Call the app as a server would for a client that is gone after `messages` sends."""
     got: list[dict[str, Any]] = []
 
@@ -108,7 +111,7 @@ def _leave_after(gw: Any, body: bytes, messages: int) -> list[dict[str, Any]]:
             got.append(message)
 
         try:
-            await gw.app(_scope(gw, body), receive, send)
+            await gw.app(_scope(gw, body, **where), receive, send)
         except Exception:  # the server's own handling of a gone client
             pass
 
@@ -291,6 +294,16 @@ def test_draining_refuses_new_requests_and_waits_for_those_in_flight(
         assert done.status_code == 200 and sse_events(done.text)[-1] == "[DONE]"
         assert left.result() == 0  # it ended and settled within the drain
     assert leases(gw) == 0
+
+
+def test_a_client_gone_before_streamed_chunks_start_is_settled(
+    make_gateway: GatewayFactory,
+) -> None:
+    gw = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
+    where = {"path": "/v1/chunks?model=smollm2-135m", "kind": b"text/plain"}
+    assert _leave_after(gw, b"some text to cut", 0, **where) == []
+    gw.settled()
+    assert leases(gw) == 0  # the lease came back although the stream never started
 
 
 def test_a_client_gone_mid_stream_pays_what_was_delivered(make_gateway: GatewayFactory) -> None:

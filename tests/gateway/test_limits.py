@@ -226,8 +226,10 @@ def test_the_sweep_returns_what_a_dead_gateway_held_and_renewal_keeps_the_living
     async def run() -> tuple[Any, ...]:
         lim, clock, client = _limiter(redis_url, lease_s=60)
         key = "sweep" + uuid.uuid4().hex[:8]
-        dead = await lim.admit(key, "p", limits, "dead", 100, 5000)
-        alive = await lim.admit(key, "p", limits, "alive", 50, 2000)
+        dead = await lim.request(key, "p", limits, "dead")
+        await lim.reserve(dead, "p", limits, 100, 5000)
+        alive = await lim.request(key, "p", limits, "alive")
+        await lim.reserve(alive, "p", limits, 50, 2000)
         with pytest.raises(RateLimited):  # two leases held: the plan's concurrency is used
             await lim.request(key, "p", limits, "third")
         clock.t += 40

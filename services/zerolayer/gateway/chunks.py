@@ -19,17 +19,16 @@ from __future__ import annotations
 import codecs
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.requests import ClientDisconnect
+from fastapi.responses import JSONResponse, Response
 
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.http import authorise, read_json
+from zerolayer.gateway.http import ClosingStream, authorise, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
@@ -78,20 +77,6 @@ def _query_options(request: Request, default_chunk: int) -> tuple[str, dict[str,
     return model, options
 
 
-class _DuplexResponse(StreamingResponse):
-    """A streamed response that reads the request body while it answers. Starlette's own
-    listens for a disconnect on `receive` meanwhile (under ASGI < 2.4), which would eat the body's
-    messages; here a gone client shows as a failing send instead."""
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await self.stream_response(send)
-        except OSError as exc:
-            raise ClientDisconnect() from exc
-        finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
-
-
 def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRouter:
     """The /v1/chunks route."""
     router = APIRouter()
@@ -104,8 +89,11 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
             model_id, options = _query_options(request, cfg.chunker.chunk_tokens)
             model = catalog.resolve(model_id, record.plan).model
             reservation = await flow.limit(record, request_id(), 0, 0)
-            return _DuplexResponse(
-                _streamed(parts, request, model, options, reservation, flow),
+            settle = _once(lambda tokens: flow.settle(reservation, tokens, 0))
+            return ClosingStream(
+                _streamed(parts, request, model, options, settle),
+                on_close=lambda: settle(0),  # gone before the body started: nothing was cut
+                duplex=True,
                 media_type="application/x-ndjson",
             )
         body = await read_json(
@@ -140,6 +128,19 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     return router
 
 
+def _once(step: Callable[[int], None]) -> Callable[[int], None]:
+    """step, run on the first call only."""
+    done = False
+
+    def run(tokens: int) -> None:
+        nonlocal done
+        if not done:
+            done = True
+            step(tokens)
+
+    return run
+
+
 def request_id() -> str:
     """A fresh id for a chunking request (its concurrency lease)."""
     return "chunks-" + uuid.uuid4().hex
@@ -150,8 +151,7 @@ async def _streamed(
     request: Request,
     model: str,
     options: dict[str, int],
-    reservation: Any,
-    flow: Flow,
+    settle: Callable[[int], None],
 ) -> AsyncIterator[bytes]:
     decoder = codecs.getincrementaldecoder("utf-8")()
     buffer, base, fed, index, total, received = "", 0, 0, 0, 0, 0
@@ -200,4 +200,4 @@ async def _streamed(
     except APIError as exc:
         yield json.dumps(exc.body()).encode() + b"\n"
     finally:
-        flow.settle(reservation, total, 0)
+        settle(total)

@@ -26,6 +26,7 @@ from zerolayer.errors import openai_error_body
 __all__ = ["EdgeMiddleware", "middlewares"]
 
 _DROP_REQUEST = {b"x-request-timeout-seconds"}
+_CLIENT = ("invalid_request", "invalid_request_error")
 _KINDS = {
     408: ("request_timeout", "invalid_request_error"),
     429: ("rate_limit_exceeded", "rate_limit_error"),
@@ -78,9 +79,8 @@ class EdgeMiddleware:
 
 async def _send_json(send: Any, start: dict[str, Any], text: bytes) -> None:
     status = int(start["status"])
-    other = ("server_error", "server_error") if status >= 500 else ("invalid_request", "")
+    other = ("server_error", "server_error") if status >= 500 else _CLIENT
     code, kind = _KINDS.get(status, other)
-    kind = kind or "invalid_request_error"
     message = text.decode("utf-8", "replace").strip() or f"HTTP {status}"
     body = json.dumps(openai_error_body(message, kind, code=code)).encode()
     keep = [

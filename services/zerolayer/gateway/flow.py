@@ -4,16 +4,15 @@ admission control, per-key limits, the tier replica, and settlement of what was 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
 from zerolayer.config import PlatformConfig
@@ -28,6 +27,7 @@ from zerolayer.errors import (
 )
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.limits import Limiter, Reservation, retried
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.parts import Backend, prompt_ids
@@ -326,22 +326,14 @@ class Flow:
     ) -> Response:
         res = None
         g = self.config.gateway
+        limit_s = g.tier_wait_s + g.request_timeout_s
         try:
-            res = await asyncio.wait_for(
-                self.backend.complete(call.dest, spec), g.tier_wait_s + g.request_timeout_s
-            )
-        except asyncio.TimeoutError as exc:
-            raise TierUnavailable(
-                f"the tier {call.target} did not answer within "
-                f"{g.tier_wait_s + g.request_timeout_s:g} s",
-                g.tier_wait_s,
-            ) from exc
-        except APIError:
-            raise
-        except Exception as exc:  # the replica's process died or its handle broke
-            raise EngineError(
-                f"the tier's replica failed while answering ({type(exc).__name__})"
-            ) from exc
+            res = await asyncio.wait_for(self.backend.complete(call.dest, spec), limit_s)
+        except Exception as exc:
+            err = _replica_failure(call.target, exc, limit_s, g.tier_wait_s)
+            if err is exc:
+                raise
+            raise err from exc
         finally:
             used = (res.prompt_tokens, res.completion_tokens) if res is not None else (0, 0)
             self.finish(call, *used)
@@ -375,17 +367,10 @@ class Flow:
         except BaseException as exc:
             self.admission.forget(tier, waiting)
             await events.aclose()  # type: ignore[attr-defined]
-            if isinstance(exc, asyncio.TimeoutError):
-                raise TierUnavailable(
-                    f"no replica of the tier {call.target} took the request within {wait_s:g} s "
-                    "(it is starting or restarting); retry",
-                    wait_s,
-                ) from exc
-            if isinstance(exc, Exception) and not isinstance(exc, APIError):
-                raise EngineError(
-                    f"the tier's replica failed before answering ({type(exc).__name__})"
-                ) from exc
-            raise
+            err = _replica_failure(call.target, exc, wait_s, wait_s)
+            if err is exc:
+                raise
+            raise err from exc
         if isinstance(first, Failed):
             self.admission.forget(tier, waiting)
             await events.aclose()  # type: ignore[attr-defined]
@@ -400,7 +385,7 @@ class Flow:
                 self.admission.record(tier, queue_s)
             self.finish(call, prompt, completion)
 
-        return _SettledStream(
+        return ClosingStream(
             sse_stream(shape, events, first, include_usage, on_token, on_end, call.usage),
             on_close=lambda: self.finish(call, 0, 0),
             media_type="text/event-stream",
@@ -419,23 +404,20 @@ class Flow:
         self.settle(call.reservation, max(prompt + completion, call.tokenized), micros, calls)
 
 
-class _SettledStream(StreamingResponse):
-    """A streamed reply that settles its request however the response ends, also when the
-    client left before the body started (its generator then never runs)."""
-
-    def __init__(self, content: Any, on_close: Callable[[], None], **kwargs: Any):
-        super().__init__(content, **kwargs)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            # a started stream settles what it delivered as its generator closes; one that
-            # never started settles here
-            with contextlib.suppress(Exception):
-                await self.body_iterator.aclose()  # type: ignore[attr-defined]
-            self._on_close()
+def _replica_failure(target: Target, exc: Exception, limit_s: float, retry_s: float) -> Exception:
+    """What a failed call to a tier becomes for the client: a timeout, 503 tier_unavailable (no
+    replica took or finished it: the tier is starting or restarting); a replica that broke (its
+    process died, its handle failed), 503 engine_error; an APIError or a cancellation stays as
+    it is."""
+    if isinstance(exc, APIError) or not isinstance(exc, Exception):
+        return exc
+    if isinstance(exc, asyncio.TimeoutError):
+        return TierUnavailable(
+            f"the tier {target} did not take or answer the request within {limit_s:g} s "
+            "(it is starting or restarting); retry",
+            retry_s,
+        )
+    return EngineError(f"the tier's replica failed ({type(exc).__name__})")
 
 
 @dataclass

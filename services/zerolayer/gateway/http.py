@@ -4,13 +4,15 @@ and the one place an error becomes an HTTP response."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from zerolayer.errors import (
     APIError,
@@ -28,6 +30,7 @@ __all__ = [
     "authorise",
     "read_body",
     "read_json",
+    "ClosingStream",
 ]
 
 KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
@@ -110,3 +113,35 @@ async def read_json(
     except ValidationError as exc:
         message, param = validation_message(list(exc.errors()))
         raise InvalidRequest(message, param=param) from exc
+
+
+class ClosingStream(StreamingResponse):
+    """A streamed response that ends its work however it ends: finished, failed, the client gone,
+    or gone before the body started. Its body iterator is closed first (a started generator
+    settles what it delivered in its own `finally`), then on_close() runs (for one that never
+    started, whose `finally` never runs; on_close must be a no-op after such a settlement).
+
+    duplex: the body reads the request while it answers. Starlette's own response listens for a
+    disconnect on `receive` meanwhile (under ASGI < 2.4), which would eat the request's messages;
+    a duplex stream sees a gone client as a failing send instead."""
+
+    def __init__(
+        self, content: Any, on_close: Callable[[], None], duplex: bool = False, **kwargs: Any
+    ):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+        self._duplex = duplex
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            if not self._duplex:
+                await super().__call__(scope, receive, send)
+                return
+            try:
+                await self.stream_response(send)
+            except OSError as exc:
+                raise ClientDisconnect() from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            self._on_close()

@@ -335,20 +335,6 @@ class Limiter:
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, tokens, micros, now)
 
-    async def admit(
-        self,
-        key_id: str,
-        plan_name: str,
-        plan: PlanConfig,
-        request_id: str,
-        tokens: int,
-        micros: int,
-    ) -> Reservation:
-        """Both steps at once (a request whose size is known up front)."""
-        r = await self.request(key_id, plan_name, plan, request_id)
-        await self.reserve(r, plan_name, plan, tokens, micros)
-        return r
-
     def _refusal(
         self,
         limit: str,

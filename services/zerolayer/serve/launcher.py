@@ -31,10 +31,15 @@ __all__ = ["Platform", "dev_key", "admin_key", "ray_temp_dir"]
 EDGE = "zerolayer.gateway.edge:middlewares"
 
 
+def dev_key_path(cfg: PlatformConfig) -> Path:
+    """Where the developer key is kept: dev_key_file, else <cache>/dev-key."""
+    return Path(cfg.dev_key_file or Path(cfg.cache_dir) / "dev-key")
+
+
 def dev_key(cfg: PlatformConfig, client: redis.Redis) -> str:
     """The local developer key: kept in <cache>/dev-key (mode 600), created on first use or
     when Redis no longer knows it."""
-    path = Path(cfg.dev_key_file or Path(cfg.cache_dir) / "dev-key")
+    path = dev_key_path(cfg)
     store = KeyStore(client)
     if path.exists():
         key = path.read_text().strip()
@@ -174,7 +179,7 @@ class Platform:
     @property
     def dev_key_path(self) -> Path:
         """Where the developer key is kept."""
-        return Path(self.cfg.dev_key_file or Path(self.cfg.cache_dir) / "dev-key")
+        return dev_key_path(self.cfg)
 
     @property
     def base_url(self) -> str:
