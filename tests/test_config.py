@@ -113,11 +113,19 @@ def test_collapse_settings_reach_the_builder(tmp_path: Path) -> None:
         load_config(platform_dir=pdir, env={})
 
 
-def test_embedded_default_declares_three_tiers_with_scaling(tmp_path: Path) -> None:
+def test_embedded_default_declares_every_tier_with_scaling(tmp_path: Path) -> None:
     cfg = load_config(env={"HOME": str(tmp_path)})
     tiers = cfg.models["smollm2-135m"].tiers
-    assert list(tiers) == ["baseline", "masked", "sparse24"]
-    assert [t.engine for t in tiers.values()] == ["vllm", "vllm", "torch"]
+    assert list(tiers) == ["baseline", "masked", "dynamic", "sparse24"]
+    assert [t.engine for t in tiers.values()] == ["vllm", "vllm", "torch", "torch"]
+    assert tiers["dynamic"].build_tier() == "dynamic"
+    # the dynamic tier is cheaper than baseline wherever both are sold, and free on free
+    for plan in cfg.plans.values():
+        if "dynamic" in plan.tiers and "baseline" in plan.tiers:
+            assert (
+                plan.prices["dynamic"].completion_per_1k < plan.prices["baseline"].completion_per_1k
+            )
+    assert "dynamic" in cfg.plans["free"].tiers
     assert tiers["masked"].build_tier() == "pruned"  # vLLM serves the masks' pruned checkpoint
     assert cfg.artifact_dir("smollm2-135m", "sparse24") == (
         tmp_path / ".cache" / "zerolayer" / "artifacts" / "smollm2-135m" / "sparse24"

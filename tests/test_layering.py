@@ -12,7 +12,7 @@ import zerolayer
 ROOT = Path(zerolayer.__file__).parent
 SERVING = ("engines", "replicas", "gateway", "tokenfix", "chunker", "store", "artifacts")
 # the only modules outside the compiler that may call it: the launcher's one entry, and the CLI
-COMPILER_CALLERS = ("zerolayer.serve.launcher", "zerolayer.cli")
+COMPILER_CALLERS = ("zerolayer.serve.launcher", "zerolayer.serve.builds", "zerolayer.cli")
 
 
 def _module(path: Path) -> str:

@@ -23,6 +23,8 @@ __all__ = [
     "StoreUnavailable",
     "ShuttingDown",
     "TierUnavailable",
+    "TierBuilding",
+    "TierFailed",
     "EngineError",
     "openai_error_body",
 ]
@@ -163,6 +165,22 @@ class TierUnavailable(RetryLater):
     status_code = 503
     error_type = "server_error"
     code = "tier_unavailable"
+
+
+class TierBuilding(RetryLater):
+    """The tier's artifact is still being built; it joins the platform when ready."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "tier_building"
+
+
+class TierFailed(APIError):
+    """The tier's artifact failed to build; the next start of the platform tries again."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "tier_failed"
 
 
 class EngineError(APIError):

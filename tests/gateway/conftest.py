@@ -23,6 +23,7 @@ from zerolayer.protocol import Target
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.local import LocalBackend
 from zerolayer.store.keys import AsyncKeyStore, KeyStore, hash_key
+from zerolayer.store.tiers import AsyncTierBoard
 from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix
 
@@ -111,6 +112,7 @@ def make_gateway(
         chunker: dict[str, Any] | None = None,
         store: str | None = None,
         wrap: Callable[[Any], Any] | None = None,
+        board: bool = False,
     ) -> Gateway:
         url = store or redis_url  # another Redis (with its credentials), for fault tests
         cfg = base_config.model_copy(
@@ -140,6 +142,9 @@ def make_gateway(
                 str(baseline), short_engine or engine, vocab, 2048
             ),
         }
+        for tier in cfg.models["smollm2-135m"].tiers:  # the other tiers: engines of their own
+            t = Target("smollm2-135m", tier)
+            replicas.setdefault(t, TierReplica(str(t), FakeEngine(SCRIPT), vocab, 2048))
         backend = LocalBackend(replicas, tokenfix, chunking)
         aclient = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
 
@@ -156,6 +161,8 @@ def make_gateway(
                 limiter=Limiter(aclient, cfg.gateway.concurrency_lease_s, clock=clock),
                 metrics=Metrics(aclient),
                 keys=KeyStore(sync),
+                # the tier board the launcher writes, read at every request (no caching)
+                tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
             )
         )
         # wrap: ASGI layers around the app, as Ray Serve puts its own around it

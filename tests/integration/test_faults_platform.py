@@ -10,14 +10,9 @@ last one stops the platform."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,92 +21,13 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-import yaml
-from zerolayer.store.embedded import EmbeddedRedis
 
-from tests.conftest import clean_env, free_port, setup_budget
+from tests.conftest import setup_budget
+from tests.integration.up import Up, platform_dir, replicas, wait
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-ADMIN = "zla-faults-admin"
 LEASE_S = 6.0
-PRICE = {"prompt_per_1k": 0.10, "completion_per_1k": 0.30}
-
-
-def _platform_dir(out: Path, model_dir: Path) -> Path:
-    """platform/ with one tier (the dense model on the torch engine) and short leases."""
-    shutil.copytree(ROOT / "platform", out)
-    models = yaml.safe_load((out / "models.yaml").read_text())
-    model = models["models"]["smollm2-135m"]
-    model["source"] = {"kind": "hf-dir", "path": str(model_dir)}
-    tier = dict(model["tiers"]["sparse24"], artifact="dense")
-    model["tiers"] = {"baseline": tier}
-    (out / "models.yaml").write_text(yaml.safe_dump(models))
-    plans = yaml.safe_load((out / "plans.yaml").read_text())
-    for plan in plans["plans"].values():
-        plan.update(tiers=["baseline"], default_tier="baseline", prices={"baseline": PRICE})
-    (out / "plans.yaml").write_text(yaml.safe_dump(plans))
-    local = yaml.safe_load((out / "serve" / "local.yaml").read_text())
-    local.setdefault("gateway", {}).update(concurrency_lease_s=LEASE_S, drain_s=10)
-    (out / "serve" / "local.yaml").write_text(yaml.safe_dump(local))
-    return out
-
-
-class Up:
-    """A running `zerolayer up` and what the tests need of it."""
-
-    def __init__(self, proc: subprocess.Popen[str], cache: Path, port: int, log: Path):
-        self.proc = proc
-        self.cache = cache
-        self.base = f"http://127.0.0.1:{port}"
-        self.log = log
-        self.redis = EmbeddedRedis(cache / "redis")
-
-    def key(self, plan: str = "pro") -> tuple[str, str]:
-        r = httpx.post(
-            self.base + "/admin/keys",
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            json={"plan": plan},
-            timeout=30,
-        )
-        r.raise_for_status()
-        return r.json()["key"], r.json()["key_id"]
-
-    def client(self) -> Any:
-        return self.redis.client(socket_timeout=5)
-
-    def counters(self, key_id: str) -> tuple[int, int]:
-        """(leases held, micro-USD spent this month) of a key."""
-        c = self.client()
-        try:
-            spend = sum(int(c.get(k) or 0) for k in c.scan_iter(f"zl:rl:{{{key_id}}}:spend:*"))
-            return int(c.zcard(f"zl:rl:{{{key_id}}}:conc")), spend
-        finally:
-            c.close()
-
-    def processes(self) -> list[psutil.Process]:
-        return [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(True)]
-
-
-def _replicas(name: str) -> list[psutil.Process]:
-    """Processes of a Ray Serve deployment's replicas (by Ray's process title)."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        line = " ".join(p.info["cmdline"] or [])
-        if f"ServeReplica:zerolayer:{name}" in line:
-            out.append(p)
-    return out
-
-
-def _wait(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _chat(up: Up, key: str, stream: bool, max_tokens: int = 64, **kw: Any) -> httpx.Response:
@@ -132,40 +48,19 @@ def _chat(up: Up, key: str, stream: bool, max_tokens: int = 64, **kw: Any) -> ht
 
 @pytest.fixture(scope="module")
 def up(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    """One tier, the dense model on the torch engine, and short leases."""
     cache = tmp_path_factory.mktemp("faults-cache")
-    platform = _platform_dir(tmp_path_factory.mktemp("faults") / "platform", model_dir)
-    port = free_port()
-    log = cache / "up.log"
-    env = clean_env(
-        ZEROLAYER_CACHE_DIR=str(cache),
-        ZEROLAYER_PLATFORM_DIR=str(platform),
-        ZEROLAYER_PORT=str(port),
-        ZEROLAYER_ADMIN_KEY=ADMIN,
+    platform = platform_dir(
+        tmp_path_factory.mktemp("faults") / "platform",
+        model_dir,
+        {"baseline": {"artifact": "dense"}},
+        gateway={"concurrency_lease_s": LEASE_S, "drain_s": 10},
     )
-    with setup_budget(900), log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "zerolayer.cli", "up"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        u = Up(proc, cache, port, log)
-        try:
-            _wait(
-                lambda: "zerolayer is up" in log.read_text() or proc.poll() is not None, 840, "up"
-            )
-            assert proc.poll() is None, log.read_text()[-3000:]
-        except BaseException:
-            proc.kill()
-            raise
+    u = Up(cache, platform)
+    with setup_budget(900):
+        u.start().ready()
     yield u
-    if proc.poll() is None:  # a test failed before the SIGTERM test: stop it anyway
-        os.killpg(proc.pid, signal.SIGKILL)
-        for p in psutil.process_iter(["cmdline"]):
-            if str(cache) in " ".join(p.info["cmdline"] or []):
-                p.kill()
+    u.kill()  # a test failed before the SIGTERM test: stop it anyway
 
 
 def _mode(path: Path) -> str:
@@ -220,7 +115,7 @@ def test_a_replica_killed_mid_stream_ends_with_an_error_frame_then_done(up: Up) 
 
     def kill_at_five(n: int) -> None:
         if n == 5:
-            victims = _replicas("smollm2-135m--baseline")
+            victims = replicas("smollm2-135m--baseline")
             assert victims, "no replica process found"
             for p in victims:
                 p.kill()  # kill -9
@@ -238,7 +133,7 @@ def test_a_replica_killed_mid_stream_ends_with_an_error_frame_then_done(up: Up) 
         assert r.status_code in (200, 503), r.text
         return r.status_code == 200
 
-    _wait(answered, 240, "the restarted replica")
+    wait(answered, 240, "the restarted replica")
     print(f"statuses while the tier restarted: {sorted(seen)}")
 
 
@@ -255,14 +150,14 @@ def test_a_gateway_killed_with_requests_in_flight_is_swept(up: Up) -> None:
     with ThreadPoolExecutor(3) as pool:
         for _ in range(3):
             pool.submit(stream)
-        _wait(lambda: up.counters(key_id)[0] == 3, 30, "three requests in flight")
-        for p in _replicas("gateway"):
+        wait(lambda: up.counters(key_id)[0] == 3, 30, "three requests in flight")
+        for p in replicas("gateway"):
             p.kill()
     held = up.counters(key_id)
     assert held[0] == 3 and held[1] > before[1]  # leases and worst-case reservations
     # the restarted gateway (or any other) sweeps them once their lease runs out
-    _wait(lambda: up.counters(key_id) == (0, before[1]), 120, "the sweep")
-    _wait(lambda: _chat(up, key, stream=False, max_tokens=4).status_code == 200, 120, "gateway")
+    wait(lambda: up.counters(key_id) == (0, before[1]), 120, "the sweep")
+    wait(lambda: _chat(up, key, stream=False, max_tokens=4).status_code == 200, 120, "gateway")
 
 
 def test_sigterm_drains_and_stops_every_process_redis_last(up: Up) -> None:
@@ -276,7 +171,8 @@ def test_sigterm_drains_and_stops_every_process_redis_last(up: Up) -> None:
 
     t = threading.Thread(target=stream)
     t.start()
-    _wait(lambda: frames, 30, "the stream to start")
+    wait(lambda: frames, 30, "the stream to start")
+    assert up.proc is not None
     up.proc.send_signal(signal.SIGTERM)
     t.join(60)
     assert frames[-1] == "[DONE]", frames[-3:]  # the request in flight finished

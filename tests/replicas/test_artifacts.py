@@ -1,21 +1,29 @@
-"""Tier artifacts at start: found, built when missing (and reused after), or a clear failure
+"""Tier artifacts at start: found, built when missing by the compiler's worker process (and
+reused after; a worker killed half way leaves nothing taken as finished), or a clear failure
 before anything starts."""
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
-from zerolayer.collapse import BuildProgress, build_missing, missing_kinds
+from zerolayer.collapse import missing_kinds
+from zerolayer.collapse.worker import units
 from zerolayer.config import PlatformConfig, RedisConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.replicas.artifacts import require_artifact, tier_card
 from zerolayer.serve.launcher import Platform
 
-from tests.conftest import TINY_COLLAPSE, free_port
+from tests.conftest import TINY_COLLAPSE, clean_env, free_port
 
 MODEL = "smollm2-135m"
 
@@ -38,7 +46,13 @@ def test_missing_artifact_is_named_with_the_command_that_builds_it(
     msg = str(err.value)
     assert str(tmp_path / MODEL / "pruned") in msg
     assert f"zerolayer collapse build --model {MODEL} --tiers pruned" in msg
-    assert missing_kinds(cfg, MODEL) == ["pruned", "sparse24"]
+    assert missing_kinds(cfg, MODEL) == ["pruned", "dynamic", "sparse24"]
+
+
+def test_worker_builds_masked_with_pruned_and_each_other_kind_alone() -> None:
+    assert units(["pruned", "dynamic", "sparse24"]) == [["pruned"], ["dynamic"], ["sparse24"]]
+    assert units(["masked", "dynamic", "pruned"]) == [["masked", "pruned"], ["dynamic"]]
+    assert units(["dynamic"]) == [["dynamic"]]
 
 
 def test_platform_with_a_missing_artifact_fails_at_start_not_at_first_request(
@@ -54,8 +68,24 @@ def test_platform_with_a_missing_artifact_fails_at_start_not_at_first_request(
     assert "redis:" not in said and "ray: starting" not in said  # it stopped before both
 
 
+def _worker(cfg: PlatformConfig, *kinds: str) -> subprocess.Popen[str]:
+    """The compiler's worker process, as `zerolayer up` starts it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zerolayer.collapse.worker", MODEL, *kinds, "--nice", "5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(cfg.model_dump_json())
+    proc.stdin.close()
+    return proc
+
+
 @pytest.mark.integration  # runs the collapse compiler
-def test_missing_tier_artifacts_are_built_once_then_reused(
+def test_worker_killed_half_way_leaves_no_card_then_builds_once_and_is_reused(
     base_config: PlatformConfig, tiny_build: dict[str, Any], tmp_path: Path
 ) -> None:
     root = tmp_path / "artifacts"
@@ -63,15 +93,33 @@ def test_missing_tier_artifacts_are_built_once_then_reused(
     shutil.rmtree(root / MODEL / "sparse24")
     cfg = _cfg(base_config, root)
     assert missing_kinds(cfg, MODEL) == ["sparse24"]
-    steps: list[BuildProgress] = []
-    assert build_missing(cfg, MODEL, steps.append) == ["sparse24"]
-    assert [(p.kind, p.step) for p in steps] == [(None, "start"), ("sparse24", "done")]
-    assert "sparse24 ppl" in steps[-1].message
+    folder = root / MODEL / "sparse24"
+    # killed in the middle of a step of the build itself: nothing looks finished
+    proc = _worker(cfg, "sparse24")
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        ev = json.loads(line)
+        assert ev["event"] == "step" and ev["kind"] == "sparse24"
+        if ev["step"] == "2:4 sensitivity" and 0 < (ev["progress"] or 0) < 1:
+            assert psutil.Process(proc.pid).nice() >= os.nice(0) + 5  # below serving
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    assert proc.wait(60) == -signal.SIGKILL
+    assert missing_kinds(cfg, MODEL) == ["sparse24"]
+    # built to the end by the next worker
+    proc = _worker(cfg, "sparse24")
+    assert proc.stdout is not None
+    events = [json.loads(line) for line in proc.stdout]
+    assert proc.wait(60) == 0
+    assert events[-1]["event"] == "done" and events[-1]["kind"] == "sparse24"
+    assert {e["event"] for e in events[:-1]} == {"step"}
+    assert all(e["progress"] is None or 0 <= e["progress"] <= 1 for e in events[:-1])
+    assert events[-1]["ppl_delta"] == pytest.approx(
+        json.loads((folder / "tier_card.json").read_text())["quality"]["ppl_delta"]
+    )
+    assert missing_kinds(cfg, MODEL) == []
     card = tier_card(cfg, MODEL, "sparse24")
     assert card["artifact"] == "sparse24" and card["quality"]["ppl_delta"] <= 0.10
-    stamp = (root / MODEL / "sparse24" / "tier_card.json").stat().st_mtime_ns
-    assert build_missing(cfg, MODEL) == []
-    assert (root / MODEL / "sparse24" / "tier_card.json").stat().st_mtime_ns == stamp
 
 
 @pytest.mark.integration  # the compiler's artifacts (tiny_build)

@@ -1,15 +1,16 @@
 """The collapse compiler: measure which channels go (near) zero on real text (the silence map),
 validate cuts by ablation, draw what was measured, and build tier artifacts with their cards.
 
-Serving reaches it through one entry, `build_missing` (the launcher, before the platform
-starts); the compiler builds on zerolayer.artifacts (formats) and may use the engines (its chat
-corpus is the model's own answers), never the other way round."""
+Serving reaches it only from the launcher: `missing_kinds` says what a start lacks, and a
+worker process (collapse.worker) builds it while the platform serves. The compiler builds on
+zerolayer.artifacts (formats) and may use the engines (its chat corpus is the model's own
+answers), never the other way round."""
 
 from zerolayer.collapse.ablate import Evaluation, Evaluator, activation_threshold, channel_mask
 from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import Corpus, files_corpus, pydoc_corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
-from zerolayer.collapse.missing import BuildProgress, build_missing, build_tiers, missing_kinds
+from zerolayer.collapse.missing import clear_cards, missing_kinds, tiers_of_kind
 from zerolayer.collapse.reconstruct import (
     gram_matrices,
     obs_keep,
@@ -22,10 +23,9 @@ from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_m
 from zerolayer.collapse.silence_map import SilenceMap
 
 __all__ = [
-    "BuildProgress",
-    "build_missing",
-    "build_tiers",
+    "clear_cards",
     "missing_kinds",
+    "tiers_of_kind",
     "Evaluation",
     "Evaluator",
     "activation_threshold",

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from zerolayer.collapse.model import decoder_layers, projection, projections, removing
+from zerolayer.collapse.progress import bar
 
 __all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold"]
 
@@ -125,7 +125,7 @@ class Evaluator:
         """Dense perplexity (computed on first use)."""
         if self._dense is None:
             self._dense, total, count = [], 0.0, 0
-            for x in tqdm(self.inputs, desc="dense reference", disable=not self.progress):
+            for x in bar(self.inputs, desc="dense reference", disable=not self.progress):
                 logp = self._logprobs(x)
                 nll, n = self._nll(logp, x)
                 total, count = total + nll, count + n
@@ -142,7 +142,7 @@ class Evaluator:
         assert self._dense is not None
         total, count, kl_sum = 0.0, 0, 0.0
         with cut or nullcontext():
-            for x, ref in tqdm(
+            for x, ref in bar(
                 list(zip(self.inputs, self._dense, strict=True)),
                 desc=desc,
                 disable=not self.progress,

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from zerolayer.collapse.ablate import Evaluator
 from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.progress import bar
 from zerolayer.collapse.reconstruct import obs_keep, repaired
 
 __all__ = [
@@ -94,7 +94,7 @@ def layer_sensitivity(
     """Apply cut_one(layer, level) to each layer alone at each level; measure KL and ppl."""
     kl: dict[int, list[float]] = {}
     ppl: dict[int, list[float]] = {}
-    for i in tqdm(layers, desc=desc, unit="layer"):
+    for i in bar(layers, desc=desc, unit="layer"):
         runs = [evaluator.evaluate(cut_one(i, level)) for level in levels]
         kl[i] = [r.kl for r in runs]
         ppl[i] = [r.ppl_delta for r in runs]
@@ -144,7 +144,7 @@ def choose(
     roughly k/2 in perplexity here, so [0, 6 x budget] holds the answer with room.)"""
     lo, hi = 0.0, budget * 6
     best = Choice({i: 0.0 for i in sens.layers}, 0.0, 0.0)
-    for _ in tqdm(range(tries), desc="allocation search", unit="try"):
+    for _ in bar(range(tries), desc="allocation search", unit="try"):
         mid = (lo + hi) / 2
         shares = greedy_shares(sens, mid, max_share=max_share)
         delta = validator.evaluate(make_cut(shares)).ppl_delta

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from zerolayer.collapse.model import decoder_layers, projection, projections, removing
+from zerolayer.collapse.progress import bar
 from zerolayer.collapse.silence_map import BIN_EDGES, KINDS, KindStats, SilenceMap
 
 __all__ = ["calibrate", "capture_inputs"]
@@ -88,7 +88,7 @@ def calibrate(
 
     with capture_inputs(model, record):
         for s, ids in enumerate(
-            tqdm(windows, desc="calibrating", unit="sample", disable=not progress)
+            bar(windows, desc="calibrating", unit="sample", disable=not progress)
         ):
             current["sample"] = s
             model(torch.tensor([ids]), use_cache=False)

@@ -1,36 +1,20 @@
-"""The compiler's one entry for serving: build the tier artifacts a model's served tiers need
-and lack, with the model's collapse settings, reporting progress to a callback. The launcher
-calls it before the platform starts; nothing else in serving imports the compiler."""
+"""What serving asks of the compiler: which tier artifacts a model's served tiers need and lack,
+which tiers an artifact kind serves, and clearing a kind's card before it is built again
+(`zerolayer up` builds in a worker process, collapse.worker)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from zerolayer.artifacts import is_built
+from zerolayer.artifacts import CARD_FILE, is_built
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 
-__all__ = ["BuildProgress", "missing_kinds", "build_missing", "build_tiers"]
-
-
-@dataclass(frozen=True)
-class BuildProgress:
-    """One step of a build: `kind` is the artifact (None for the build as a whole), `step`
-    one of start, done; `message` says it in words."""
-
-    model: str
-    kind: str | None
-    step: str
-    message: str
-
-
-Progress = Callable[[BuildProgress], None]
-
-
-def _quiet(_: BuildProgress) -> None:
-    pass
+__all__ = [
+    "clear_cards",
+    "missing_kinds",
+    "tiers_of_kind",
+]
 
 
 def missing_kinds(cfg: PlatformConfig, model: str) -> list[str]:
@@ -51,46 +35,18 @@ def missing_kinds(cfg: PlatformConfig, model: str) -> list[str]:
     return out
 
 
-def build_tiers(
-    cfg: PlatformConfig, model: str, kinds: list[str], progress: Progress = _quiet
-) -> list[str]:
-    """Build these artifact kinds (masked, pruned, dynamic, sparse24) into the model's artifact
-    folder with its collapse settings (progress bars on stderr, steps to `progress`); the kinds
-    built."""
-    if not kinds:
-        return []
-    from zerolayer.collapse.build import Builder
-    from zerolayer.collapse.chat import default_corpus
-    from zerolayer.collapse.strategies import build
-    from zerolayer.models.importer import ensure_model
-
-    settings = cfg.models[model].collapse
-    progress(
-        BuildProgress(
-            model,
-            None,
-            "start",
-            f"collapse: building {', '.join(kinds)} for {model} ({settings.samples} calibration "
-            f"samples of {settings.seq_len} tokens); later starts reuse them",
-        )
-    )
-    corpora = Path(cfg.cache_dir) / "corpora"
-    model_dir = ensure_model(cfg, model)
-    builder = Builder(
-        model_dir,
-        cfg.artifact_root(model),
-        default_corpus("calibration", model_dir, corpora),
-        default_corpus("evaluation", model_dir, corpora),
-        settings,
-        model,
-    )
-    for kind, card in build(builder, kinds).items():
-        q = card["quality"]
-        message = f"collapse: {kind} ppl {q['ppl_delta']:+.2%} kl {q['kl']:.4f}"
-        progress(BuildProgress(model, kind, "done", message))
-    return kinds
+def tiers_of_kind(cfg: PlatformConfig, model: str, kind: str) -> list[str]:
+    """The model's served tiers that serve this artifact kind from the model's artifact folder."""
+    return [
+        t
+        for t, tc in cfg.models[model].tiers.items()
+        if tc.build_tier() == kind and tc.engine != "fake" and tc.artifact_dir is None
+    ]
 
 
-def build_missing(cfg: PlatformConfig, model: str, progress: Progress = _quiet) -> list[str]:
-    """Build the model's missing tier artifacts (missing_kinds); the kinds built."""
-    return build_tiers(cfg, model, missing_kinds(cfg, model), progress)
+def clear_cards(out: Path, kinds: list[str]) -> None:
+    """Before these kinds build into `out`: remove their cards (a card is written last, so a
+    folder with one is taken as finished; a build that stops half way must not leave one)."""
+    built = {"masked", *kinds} if "pruned" in kinds else set(kinds)
+    for kind in built:
+        (Path(out) / kind / CARD_FILE).unlink(missing_ok=True)

@@ -15,10 +15,10 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from zerolayer.collapse.calibrate import capture_inputs
 from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.progress import bar
 
 __all__ = ["gram_matrices", "obs_keep", "repaired_weight", "repaired", "swapped"]
 
@@ -44,7 +44,7 @@ def gram_matrices(
             grams[i] += a.T @ a
 
     with capture_inputs(model, add):
-        for ids in tqdm(windows, desc="gram matrices", unit="sample", disable=not progress):
+        for ids in bar(windows, desc="gram matrices", unit="sample", disable=not progress):
             model(torch.tensor([ids]), use_cache=False)
     return grams
 

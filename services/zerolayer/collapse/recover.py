@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.progress import bar
 
 __all__ = ["distill"]
 
@@ -63,9 +63,9 @@ def distill(
     opt = torch.optim.Adam(params.values(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     steps = epochs * ((len(windows) + batch - 1) // batch)
-    bar = tqdm(total=steps, desc="distillation", unit="step", disable=not progress)
+    meter = bar(total=steps, desc="distillation", unit="step", disable=not progress)
     with student_cut(student) if student_cut is not None else nullcontext():
-        _train(model, student, params, masks, opt, windows, epochs, batch, gen, bar)
+        _train(model, student, params, masks, opt, windows, epochs, batch, gen, meter)
     return {i: p.detach().clone() for i, p in params.items()}
 
 

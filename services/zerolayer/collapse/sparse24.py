@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from zerolayer.artifacts import ATTN_PROJ, MLP_PROJ
 from zerolayer.collapse.model import decoder_layers, removing
+from zerolayer.collapse.progress import bar
 
 __all__ = ["MLP_PROJ", "ATTN_PROJ", "linear", "input_norms", "mask_24", "is_24", "sparsified"]
 
@@ -41,7 +41,7 @@ def input_norms(
 
             handles.append(linear(layer, name).register_forward_pre_hook(hook))
     with removing(handles):
-        for ids in tqdm(windows, desc="input norms", unit="sample", disable=not progress):
+        for ids in bar(windows, desc="input norms", unit="sample", disable=not progress):
             model(torch.tensor([ids]), use_cache=False)
     return {k: v.sqrt().float() for k, v in sums.items()}
 

@@ -32,7 +32,14 @@ class PlatformConfig(Strict):
     )
     build_missing_artifacts: bool = Field(
         default=True,
-        description="Build tier artifacts that are missing when the platform starts (else fail)",
+        description="Build missing tier artifacts in the background while the platform serves "
+        "the tiers it has (else fail at start)",
+    )
+    build_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="How much lower than serving the CPU priority of background builds is (nice)",
     )
     dev_plan: str = Field(default="pro", description="Plan of the key `zerolayer up` prints")
     dev_key_file: str | None = Field(

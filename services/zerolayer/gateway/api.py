@@ -49,7 +49,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     """The gateway's FastAPI app."""
     cfg = parts.config
     catalog = Catalog(cfg)
-    flow = Flow(parts.backend, cfg, catalog, parts.limiter, parts.metrics)
+    flow = Flow(parts.backend, cfg, catalog, parts.limiter, parts.metrics, parts.tiers)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -110,10 +110,10 @@ def create_app(parts: GatewayParts) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         await authorise(request, parts.lookup_key)
-        return {
-            "object": "list",
-            "data": catalog.cards(int(time.time()), await parts.backend.cards()),
-        }
+        states = await flow.states() or {}
+        ready = [t for t in catalog.served() if str(t) not in states or states[str(t)].ready]
+        cards = await parts.backend.cards(ready)
+        return {"object": "list", "data": catalog.cards(int(time.time()), cards, states)}
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

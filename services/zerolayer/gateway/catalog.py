@@ -1,12 +1,25 @@
-"""Model ids: '<model>:<tier>', or a bare '<model>' that means the plan's default tier."""
+"""Model ids: '<model>:<tier>', or a bare '<model>' that means the plan's default tier (or,
+while that one is not ready, the first ready tier of the plan that costs no more)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from zerolayer.config import PlatformConfig
-from zerolayer.errors import ModelNotFound, PermissionDenied
+from zerolayer.config import PlanConfig, PlatformConfig
+from zerolayer.errors import (
+    APIError,
+    ModelNotFound,
+    PermissionDenied,
+    TierBuilding,
+    TierFailed,
+    TierUnavailable,
+)
 from zerolayer.protocol import Target
+from zerolayer.store.tiers import READY, TierState
+
+BUILDING_RETRY_S = 30.0  # Retry-After of a tier still building (builds take minutes)
+STARTING_RETRY_S = 10.0  # of a tier whose replica is loading the model
 
 __all__ = ["Catalog"]
 
@@ -21,9 +34,14 @@ class Catalog:
         """Every served tier."""
         return [Target(m, t) for m, mc in self.config.models.items() for t in mc.tiers]
 
-    def resolve(self, model_id: str, plan: str) -> Target:
+    def resolve(
+        self, model_id: str, plan: str, states: Mapping[str, TierState] | None = None
+    ) -> Target:
         """The tier a request's model id names for a plan; 404 if not served, 403 if not in
-        the plan."""
+        the plan. With the tier board's `states`, also one that is ready: a tier named in the
+        id that is not gets its 503 (building, failed, starting), never another tier; a bare
+        id whose default tier is not ready goes to the first ready tier of the plan that costs
+        no more than the default (docs/decisions.md), else gets the default's 503."""
         name, _, tier = model_id.partition(":")
         model = self.config.models.get(name)
         plan_cfg = self.config.plans.get(plan)
@@ -34,23 +52,39 @@ class Catalog:
             )
         if plan_cfg is None:
             raise PermissionDenied(f"this key's plan {plan!r} no longer exists", param="model")
+        named = bool(tier)
         tier = tier or plan_cfg.default_tier
         if tier not in plan_cfg.tiers:
             raise PermissionDenied(
                 f"tier {tier!r} is not part of plan {plan!r} (tiers: {', '.join(plan_cfg.tiers)})",
                 param="model",
             )
-        return Target(name, tier)
+        target = Target(name, tier)
+        if states is None:
+            return target
+        state = states.get(str(target), READY)
+        if state.status == "ready":
+            return target
+        if not named:
+            for other in _no_dearer(plan_cfg, tier):
+                candidate = Target(name, other)
+                if states.get(str(candidate), READY).status == "ready":
+                    return candidate
+        raise not_ready(target, state)
 
     def list_ids(self) -> list[str]:
         """Bare model ids and '<model>:<tier>' ids, as /v1/models lists them."""
         return [*self.config.models, *map(str, self.served())]
 
     def cards(
-        self, created: int, tier_cards: dict[Target, dict[str, Any]] | None = None
+        self,
+        created: int,
+        tier_cards: dict[Target, dict[str, Any]] | None = None,
+        states: Mapping[str, TierState] | None = None,
     ) -> list[dict[str, Any]]:
-        """OpenAI model objects for /v1/models; each tier with its tier card when known."""
-        tier_cards = tier_cards or {}
+        """OpenAI model objects for /v1/models; each tier with its state (status, and a
+        build's step and progress) and its tier card when known."""
+        tier_cards, states = tier_cards or {}, states or {}
         out = []
         for name, model in self.config.models.items():
             out.append(
@@ -75,7 +109,42 @@ class Catalog:
                         "engine": tc.engine,
                         "artifact": tc.artifact,
                         "max_model_len": model.max_model_len,
+                        **states.get(str(Target(name, tier)), READY).public(),
                         "tier_card": tier_cards.get(Target(name, tier)),
                     }
                 )
         return out
+
+
+def _no_dearer(plan: PlanConfig, default: str) -> list[str]:
+    """The plan's other tiers, in its order, that cost no more than its default tier."""
+    base = plan.prices[default]
+    return [
+        t
+        for t in plan.tiers
+        if t != default
+        and plan.prices[t].prompt_per_1k <= base.prompt_per_1k
+        and plan.prices[t].completion_per_1k <= base.completion_per_1k
+    ]
+
+
+def not_ready(target: Target, state: TierState) -> APIError:
+    """The 503 of a tier that is not ready: building (Retry-After), failed, or starting."""
+    if state.status == "building":
+        where = state.step or "queued"
+        if state.progress is not None:
+            where += f", {state.progress:.0%}"
+        return TierBuilding(
+            f"the tier {target} is being built ({where}); it is served as soon as its "
+            "artifact is ready",
+            BUILDING_RETRY_S,
+        )
+    if state.status == "failed":
+        return TierFailed(
+            f"the tier {target} failed to build ({state.reason or 'no reason given'}); the "
+            "next start of the platform builds it again"
+        )
+    return TierUnavailable(
+        f"the tier {target} is starting (its replica is loading the model); retry shortly",
+        STARTING_RETRY_S,
+    )

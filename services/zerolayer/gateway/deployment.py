@@ -1,9 +1,12 @@
-"""The gateway as a Ray Serve ingress deployment, with handles to every tier replica."""
+"""The gateway as a Ray Serve ingress deployment. Each tier is its own Serve application (one
+per replica group, named as its deployment), deployed when its artifact is ready: the gateway
+takes a handle to a tier when it first sends it a request, and the tier board says which tiers
+are ready."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -28,25 +31,53 @@ from zerolayer.protocol import (
 )
 from zerolayer.store.connect import async_client, sync_client
 from zerolayer.store.keys import AsyncKeyStore, KeyStore
+from zerolayer.store.tiers import READY, AsyncTierBoard
 from zerolayer.tokenfix.service import Tokenfix
 
-__all__ = ["HandleBackend", "GatewayDeployment", "gateway_deployment"]
+__all__ = [
+    "HandleBackend",
+    "GatewayDeployment",
+    "deployment_name",
+    "gateway_deployment",
+    "tier_handle",
+]
+
+
+def deployment_name(model: str, tier: str, short: bool = False) -> str:
+    """Ray Serve deployment name of a tier (no ':' in deployment names), also the name of the
+    tier's application."""
+    return f"{model}--{tier}" + ("--short" if short else "")
+
+
+def tier_handle(target: Target) -> DeploymentHandle:
+    """The handle of a tier's replica group: the deployment of the application of its name."""
+    name = deployment_name(target.model, target.tier, target.short)
+    return serve.get_deployment_handle(name, app_name=name)
 
 
 class HandleBackend:
-    """Sends requests to tokenfix, the chunker and the tier replicas through Ray Serve handles."""
+    """Sends requests to tokenfix, the chunker and the tier replicas through Ray Serve handles
+    (a tier's taken when first used: tiers join the platform while it runs)."""
 
     def __init__(
         self,
-        handles: dict[Target, DeploymentHandle],
         tokenfix: DeploymentHandle | Tokenfix,
         chunker: DeploymentHandle,
+        handle_of: Callable[[Target], DeploymentHandle] = tier_handle,
     ):
-        self.handles = handles
         self.tokenfix = tokenfix
         self.chunker = chunker
-        self._streams = {k: h.options(stream=True) for k, h in handles.items()}
+        self._handle_of = handle_of
+        self.handles: dict[Target, DeploymentHandle] = {}
+        self._streams: dict[Target, DeploymentHandle] = {}
         self._cards: dict[Target, dict[str, Any]] = {}
+
+    def _handle(self, target: Target) -> DeploymentHandle:
+        handle = self.handles.get(target)
+        if handle is None:
+            handle = self.handles[target] = self._handle_of(target)
+            self._streams[target] = handle.options(stream=True)
+        return handle
 
     async def prepare(self, model: str, req: PromptInput) -> Prompt | Failed:
         if isinstance(self.tokenfix, Tokenfix):  # in this process (tokenfix.in_gateway)
@@ -62,6 +93,7 @@ class HandleBackend:
         return await self.chunker.chunk_all.remote(model, texts, options)
 
     async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+        self._handle(target)
         gen = self._streams[target].stream.remote(spec)
         finished = False
         try:
@@ -73,20 +105,22 @@ class HandleBackend:
                 gen.cancel()  # client gone: the replica's generator is closed, the engine aborts
 
     async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
-        return await self.handles[target].complete.remote(spec)
+        return await self._handle(target).complete.remote(spec)
 
-    async def cards(self) -> dict[Target, dict[str, Any]]:
-        """Each tier's card, asked of one of its replicas once and then kept (a tier's artifact
-        and engine do not change while the application runs)."""
-        missing = [t for t in self.handles if t not in self._cards and not t.short]
+    async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
+        """These tiers' cards, each asked of one of its replicas once and then kept (a tier's
+        artifact and engine do not change while the application runs); a tier that does not
+        answer within a few seconds is left out."""
+        missing = [t for t in targets if t not in self._cards]
         if missing:
             got = await asyncio.gather(
-                *(self.handles[t].card.remote() for t in missing), return_exceptions=True
+                *(asyncio.wait_for(self._handle(t).card.remote(), 5.0) for t in missing),
+                return_exceptions=True,
             )
             for t, card in zip(missing, got, strict=True):
                 if not isinstance(card, BaseException):
                     self._cards[t] = card
-        return dict(self._cards)
+        return {t: self._cards[t] for t in targets if t in self._cards}
 
 
 @serve.ingress()
@@ -96,7 +130,6 @@ class GatewayDeployment:
     def __init__(
         self,
         config: dict[str, Any],
-        handles: dict[Target, DeploymentHandle],
         tokenfix: DeploymentHandle | None,
         chunker: DeploymentHandle,
     ):
@@ -107,7 +140,8 @@ class GatewayDeployment:
         self.keys = AsyncKeyStore(self.redis)
         if tokenfix is None:  # tokenfix.in_gateway: the same code in this process
             tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
-        self.backend = HandleBackend(handles, tokenfix, chunker)
+        self.backend = HandleBackend(tokenfix, chunker)
+        self.tiers = AsyncTierBoard(self.redis)
         self.parts = GatewayParts(
             backend=self.backend,
             lookup_key=self.keys.lookup,
@@ -116,6 +150,7 @@ class GatewayDeployment:
             limiter=Limiter(self.redis, self.config.gateway.concurrency_lease_s),
             metrics=Metrics(self.redis),
             keys=KeyStore(sync_client(self.config.redis)),
+            tiers=self.tiers,
         )
 
     async def _health(self) -> dict[str, Any]:
@@ -123,7 +158,12 @@ class GatewayDeployment:
             await self.redis.ping()
         except Exception as exc:  # report, do not raise: /healthz answers either way
             return {"status": "degraded", "redis": f"unreachable: {type(exc).__name__}"}
-        tiers = sorted(str(t) for t in self.backend.handles if not t.short)
+        states = await self.tiers.states()
+        tiers = {
+            str(Target(m, t)): states.get(str(Target(m, t)), READY).status
+            for m, mc in self.config.models.items()
+            for t in mc.tiers
+        }
         return {"status": "ok", "redis": "ok", "tiers": tiers}
 
     def __serve_build_asgi_app__(self) -> FastAPI:

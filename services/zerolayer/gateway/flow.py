@@ -36,6 +36,7 @@ from zerolayer.gateway.sse import Shape, sse_stream, usage
 from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
 from zerolayer.protocol import Failed, PromptInput, SamplingSpec, Target
 from zerolayer.store.keys import ApiKeyRecord
+from zerolayer.store.tiers import AsyncTierBoard, TierState
 
 __all__ = ["Flow", "completion_budget"]
 
@@ -70,8 +71,10 @@ class Flow:
         catalog: Catalog,
         limiter: Limiter,
         metrics: Metrics,
+        tiers: AsyncTierBoard | None = None,
     ):
         self.backend = backend
+        self.tiers = tiers
         self.config = config
         self.catalog = catalog
         self.limiter = limiter
@@ -162,6 +165,10 @@ class Flow:
             except RedisError as exc:
                 log.warning("lease upkeep failed: %s", type(exc).__name__)
 
+    async def states(self) -> dict[str, TierState] | None:
+        """The tier board (None when this gateway serves every tier as ready)."""
+        return None if self.tiers is None else await self.tiers.states()
+
     def route(self, target: Target, prompt_tokens: int) -> Target:
         """The backend target: the tier's short-request group for short prompts, if it has one."""
         short = self.config.models[target.model].tiers[target.tier].short_requests
@@ -223,7 +230,7 @@ class Flow:
         self, body: ChatCompletionRequest | CompletionRequest, record: ApiKeyRecord
     ) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
-        target = self.catalog.resolve(body.model, record.plan)
+        target = self.catalog.resolve(body.model, record.plan, await self.states())
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
             self.shed(record, target)

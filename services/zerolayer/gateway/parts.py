@@ -23,6 +23,7 @@ from zerolayer.protocol import (
     Target,
 )
 from zerolayer.store.keys import KeyStore
+from zerolayer.store.tiers import AsyncTierBoard
 
 __all__ = ["Backend", "GatewayParts", "HealthCheck", "chunked", "prompt_ids"]
 
@@ -50,8 +51,8 @@ class Backend(Protocol):
     async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
         """The final event of one request, with the whole text."""
 
-    async def cards(self) -> dict[Target, dict[str, Any]]:
-        """Tier cards of the served tiers that answered."""
+    async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
+        """Tier cards of these served tiers, of those that answered."""
 
 
 @dataclass
@@ -65,6 +66,7 @@ class GatewayParts:
     limiter: Limiter
     metrics: Metrics
     keys: KeyStore | None = None  # the admin API's key store (synchronous; admin calls are rare)
+    tiers: AsyncTierBoard | None = None  # which tiers are ready; None: all of them
 
 
 async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:

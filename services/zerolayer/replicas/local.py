@@ -54,5 +54,5 @@ class LocalBackend:
     async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
         return await self.replicas[target].complete(spec)
 
-    async def cards(self) -> dict[Target, dict[str, Any]]:
-        return {t: r.card for t, r in self.replicas.items() if not t.short}
+    async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
+        return {t: self.replicas[t].card for t in targets if t in self.replicas}

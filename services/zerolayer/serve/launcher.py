@@ -17,18 +17,23 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 import redis
 
-from zerolayer.collapse import BuildProgress, build_missing
+from zerolayer.collapse import missing_kinds, tiers_of_kind
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
 from zerolayer.replicas.artifacts import require_artifact
+from zerolayer.serve.builds import Builds
 from zerolayer.store.connect import sync_client
 from zerolayer.store.embedded import EmbeddedRedis, private_dir, write_private
 from zerolayer.store.keys import KeyStore, hash_key
+from zerolayer.store.tiers import TierBoard, TierState
 
 __all__ = ["Platform", "dev_key", "admin_key", "ray_temp_dir"]
 
 EDGE = "zerolayer.gateway.edge:middlewares"
+# Per-request access lines cost CPU and drown the console; Ray still writes warnings and errors
+# to its session logs.
+SERVE_LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
 
 
 def dev_key_path(cfg: PlatformConfig) -> Path:
@@ -112,6 +117,9 @@ def _end_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
     psutil.wait_procs(left, timeout=5)
 
 
+_FAILED = ("DEPLOY_FAILED", "UNHEALTHY")
+
+
 def _without_password(url: str) -> str:
     """A Redis URL fit for a log line: any password replaced by ***."""
     parts = urlsplit(url)
@@ -124,8 +132,8 @@ def _without_password(url: str) -> str:
 class _Progress:
     """Prints the deployments' states every few seconds while Serve starts them."""
 
-    def __init__(self, app_name: str, out=sys.stderr):
-        self.app_name = app_name
+    def __init__(self, app_names: list[str], out=sys.stderr):
+        self.app_names = app_names
         self.out = out
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -136,14 +144,17 @@ class _Progress:
         t0 = time.monotonic()
         while not self._stop.wait(3.0):
             try:
-                app = serve.status().applications.get(self.app_name)
+                apps = serve.status().applications
             except Exception:
                 continue
-            if app is None:
-                continue
             states = ", ".join(
-                f"{name} {d.status.value.lower()}" for name, d in sorted(app.deployments.items())
+                f"{name} {d.status.value.lower()}"
+                for app in (apps.get(a) for a in self.app_names)
+                if app is not None
+                for name, d in sorted(app.deployments.items())
             )
+            if not states:
+                continue
             print(f"  [{time.monotonic() - t0:5.0f}s] {states}", file=self.out, flush=True)
 
     def __enter__(self) -> _Progress:
@@ -167,6 +178,9 @@ class Platform:
         self._redis: EmbeddedRedis | None = None
         self._ray_started = False
         self._ray_processes: list[psutil.Process] = []
+        self._builds: Builds | None = None
+        self._board: TierBoard | None = None
+        self._t0 = time.monotonic()
         self.key: str | None = None
 
     @property
@@ -188,11 +202,11 @@ class Platform:
     def _say(self, msg: str) -> None:
         print(msg, file=self.log, flush=True)
 
-    def _progress(self, step: BuildProgress) -> None:
-        self._say(step.message)
-
     def start(self) -> Platform:
-        """Import missing models, start everything, create the dev key; return self."""
+        """Import missing models, start Redis, Ray and the application with every tier whose
+        artifact is there, create the dev key, and build the missing artifacts in the
+        background (each tier joins when its artifact is ready); return self."""
+        self._t0 = time.monotonic()
         if self.cfg.ray.address is None:
             # Read by Ray Serve at import in every Ray process, which inherit this environment;
             # set before this module imports ray.
@@ -207,14 +221,22 @@ class Platform:
         from zerolayer.serve.app import APP_NAME, build_app
 
         private_dir(Path(self.cfg.cache_dir))  # it holds the keys: this user's alone
+        todo: dict[str, list[str]] = {}  # model -> artifact kinds to build in the background
         for name in self.cfg.models:
             self._say(f"model {name}: {self.cfg.model_dir(name)}")
             ensure_model(self.cfg, name)
-            # tier artifacts: built now if missing (or a clear failure), before anything starts
-            if self.cfg.build_missing_artifacts:
-                build_missing(self.cfg, name, self._progress)
+            if self.cfg.build_missing_artifacts and (kinds := missing_kinds(self.cfg, name)):
+                todo[name] = kinds
+            building = {t for k in todo.get(name, []) for t in tiers_of_kind(self.cfg, name, k)}
             for tier in self.cfg.models[name].tiers:
-                require_artifact(self.cfg, name, tier)
+                if tier not in building:
+                    require_artifact(self.cfg, name, tier)  # a clear failure, before anything
+        ready = [
+            (m, t)
+            for m, mc in self.cfg.models.items()
+            for t in mc.tiers
+            if t not in {x for k in todo.get(m, []) for x in tiers_of_kind(self.cfg, m, k)}
+        ]
         if self.cfg.redis.url is None:
             rc = self.cfg.redis
             self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
@@ -231,6 +253,13 @@ class Platform:
             self.key = dev_key(self.cfg, client)
         finally:
             client.close()
+        # the tier board: every served tier starting or queued for its build, nothing else
+        self._board = TierBoard(sync_client(self.cfg.redis))
+        self._board.reset([f"{m}:{t}" for m, mc in self.cfg.models.items() for t in mc.tiers])
+        for m, t in ready:
+            self._board.set(f"{m}:{t}", TierState("starting"))
+        self._builds = Builds(self.cfg, self._board, self._deploy_tier, self._say)
+        self._builds.queue(todo)
         # the gateway checks the admin key against its hash; the key stays out of Ray's config
         gateway = self.cfg.gateway.model_copy(
             update={"admin_key_sha256": hash_key(admin_key(self.cfg))}
@@ -256,21 +285,83 @@ class Platform:
         if self.on_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.on_sigterm)
         serve.start(http_options={"host": self.cfg.host, "port": self.cfg.port})
-        self._say("serve: deploying (the engine loads the model; about a minute on a CPU)")
+        self._say("serve: deploying (each engine loads the model; about a minute on a CPU)")
         try:
-            with _Progress(APP_NAME, self.log):  # ends before a failed start stops Ray
+            tier_apps = [n for m, t in ready for n in self._submit_tier(m, t)]
+            with _Progress([APP_NAME, *tier_apps], self.log):  # ends before a failed start
                 serve.run(
                     build_app(self.cfg),
                     name=APP_NAME,
                     route_prefix="/",
-                    # Per-request access lines cost gateway CPU and drown the console; Ray still
-                    # writes warnings and errors to its session logs.
-                    logging_config={"enable_access_log": False, "log_level": "WARNING"},
+                    logging_config=SERVE_LOGGING,
                 )
+                for m, t in ready:
+                    self._await_tier(m, t)
         except Exception as exc:
             self.stop()
             raise ArtifactError(f"the application failed to start: {exc}") from exc
+        if todo:
+            self._builds.start(todo)
         return self
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since start() was called."""
+        return time.monotonic() - self._t0
+
+    def _submit_tier(self, model: str, tier: str) -> list[str]:
+        """Ask Serve to deploy the tier's applications (not waiting); their names."""
+        from ray.serve.api import _run
+
+        from zerolayer.serve.app import tier_apps
+
+        names = []
+        for name, app in tier_apps(self.cfg, model, tier).items():
+            # serve.run waits until the application runs; _run(_blocking=False) only submits
+            # it, so every tier's replicas load their models at the same time
+            _run(app, _blocking=False, name=name, route_prefix=None, logging_config=SERVE_LOGGING)
+            names.append(name)
+        return names
+
+    def _await_tier(self, model: str, tier: str, timeout_s: float = 1800.0) -> None:
+        """Wait until the tier's applications run, then mark it ready on the board (or failed,
+        with Serve's message)."""
+        from ray import serve
+
+        from zerolayer.serve.app import tier_apps
+
+        names = list(tier_apps(self.cfg, model, tier))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            apps = serve.status().applications
+            states = {n: apps.get(n) for n in names}
+            failed = [a for a in states.values() if a is not None and a.status.value in _FAILED]
+            if failed:
+                reason = f"its replica failed to start: {failed[0].message[-500:]}"
+                self._say(f"tier {model}:{tier} failed: {reason}")
+                assert self._board is not None
+                self._board.set(f"{model}:{tier}", TierState("failed", reason=reason))
+                return
+            if all(a is not None and a.status.value == "RUNNING" for a in states.values()):
+                break
+            if time.monotonic() > deadline or (self._builds and self._builds.stopping):
+                return
+            time.sleep(0.5)
+        assert self._board is not None
+        self._board.set(f"{model}:{tier}", TierState("ready"))
+        self._say(f"tier {model}:{tier} ready, {self.elapsed_s:.0f} s after start")
+
+    def _deploy_tier(self, model: str, tier: str) -> None:
+        """A tier whose artifact was just built: deploy it into the running platform."""
+        assert self._board is not None
+        try:
+            self._board.set(f"{model}:{tier}", TierState("starting"))
+            self._submit_tier(model, tier)
+            self._await_tier(model, tier)
+        except Exception as exc:  # Ray stopping under it, or Serve refusing the application
+            self._board.set(
+                f"{model}:{tier}", TierState("failed", reason=f"deploy failed: {exc!r}"[:500])
+            )
 
     def stop(self) -> None:
         """Stop the application (its replicas finish or time out their requests in flight and
@@ -293,6 +384,9 @@ class Platform:
             self._ray_started = False
             _end_processes(list(seen.values()))
             self._ray_processes = []
+        if self._board is not None:
+            self._board.client.close()
+            self._board = None
         if self._redis is not None:
             self._redis.stop()
             self._redis = None

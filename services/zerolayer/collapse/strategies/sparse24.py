@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from zerolayer.artifacts import ATTN_PROJ, MLP_PROJ, save_sparse24
 from zerolayer.collapse.build import Builder
 from zerolayer.collapse.model import decoder_layers
+from zerolayer.collapse.progress import bar
 from zerolayer.collapse.sparse24 import input_norms, linear, mask_24, sparsified
 
 __all__ = ["build_sparse24"]
@@ -24,12 +23,12 @@ def build_sparse24(b: Builder) -> dict[str, Any]:
         return [(i, p) for i, g in chosen for p in (MLP_PROJ if g == "mlp" else ATTN_PROJ)]
 
     cost = {}
-    for unit in tqdm(units, desc="2:4 sensitivity", unit="group"):
+    for unit in bar(units, desc="2:4 sensitivity", unit="group"):
         cost[unit] = b.validator.evaluate(sparsified(b.model, expand([unit]), norms)).ppl_delta
     order = sorted(units, key=lambda u: cost[u])
     lo, hi, best = 0, len(order), 0
     budget = b.s.budget("sparse24")
-    for _ in tqdm(range(b.s.search_tries + 2), desc="2:4 search", unit="try"):
+    for _ in bar(range(b.s.search_tries + 2), desc="2:4 search", unit="try"):
         if lo >= hi:
             break
         mid = (lo + hi + 1) // 2
