@@ -260,7 +260,6 @@ def main() -> None:
         return
 
     from zerolayer.artifacts import is_built
-    from zerolayer.collapse import build_tiers
     from zerolayer.config import load_config
 
     cfg = load_config()
@@ -268,7 +267,9 @@ def main() -> None:
     artifacts = args.artifacts or cfg.artifact_root(model)
     if args.artifacts is None:
         kinds = ["pruned", "sparse24", "dynamic"]
-        build_tiers(cfg, model, [k for k in kinds if not is_built(artifacts / k)])
+        if missing := [k for k in kinds if not is_built(artifacts / k)]:
+            build = ["collapse", "build", "--model", model, "--tiers", ",".join(missing)]
+            subprocess.run([sys.executable, "-m", "zerolayer.cli", *build], check=True)
     ppl = _cards(artifacts)
     workers = []
     try:

@@ -31,18 +31,8 @@ LEASE_S = 6.0
 
 
 def _chat(up: Up, key: str, stream: bool, max_tokens: int = 64, **kw: Any) -> httpx.Response:
-    body = {
-        "model": "smollm2-135m",
-        "messages": [{"role": "user", "content": "Count from one to fifty in words."}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": stream,
-    }
-    return httpx.post(
-        up.base + "/v1/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=kw.get("timeout", 120),
+    return up.chat(
+        key, "Count from one to fifty in words.", stream=stream, max_tokens=max_tokens, **kw
     )
 
 

@@ -47,19 +47,8 @@ def models(up: Up, key: str) -> dict[str, dict[str, Any]]:
 
 
 def chat(up: Up, key: str, tier: str, stream: bool = False) -> httpx.Response:
-    body = {
-        "model": f"smollm2-135m:{tier}",
-        "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 16,
-        "temperature": 0,
-        "stream": stream,
-    }
-    return httpx.post(
-        up.base + "/v1/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=120,
-    )
+    question = "What is the capital of France?"
+    return up.chat(key, question, f"smollm2-135m:{tier}", stream=stream, max_tokens=16)
 
 
 def workers(up: Up) -> list[psutil.Process]:

@@ -140,6 +140,30 @@ class Up:
         r.raise_for_status()
         return r.json()["key"], r.json()["key_id"]
 
+    def chat(
+        self,
+        key: str,
+        content: str,
+        model: str = "smollm2-135m",
+        stream: bool = False,
+        max_tokens: int = 64,
+        timeout: float = 120,
+    ) -> httpx.Response:
+        """One chat request at temperature 0."""
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": stream,
+        }
+        return httpx.post(
+            self.base + "/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=timeout,
+        )
+
     def client(self) -> Any:
         return self.redis.client(socket_timeout=5)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolayer.collapse.corpus import Corpus
+from zerolayer.collapse.progress import bar
 
 __all__ = ["chat_prompts", "chat_corpus", "mixed_corpus", "default_corpus"]
 
@@ -108,14 +109,18 @@ async def _replies(model_dir: Path, prompts: list[list[int]], max_tokens: int) -
 
     engine = TorchEngine(str(model_dir), max_model_len=1024, max_num_seqs=32)
     await engine.start()
+    meter = bar(total=len(prompts), desc="chat corpus: the model answers", unit="prompt")
     try:
 
         async def one(i: int, ids: list[int]) -> str:
             spec = SamplingSpec(f"chat-{i}", ids, max_tokens, temperature=0.0)
-            return "".join([d.text async for d in engine.generate(spec)])
+            text = "".join([d.text async for d in engine.generate(spec)])
+            meter.update(1)
+            return text
 
         return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
     finally:
+        meter.close()
         await engine.shutdown()
 
 

@@ -148,6 +148,7 @@ def _settings(args: argparse.Namespace, cfg: PlatformConfig) -> CollapseConfig:
 
 def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     from zerolayer.collapse.build import Builder
+    from zerolayer.collapse.missing import clear_cards
     from zerolayer.collapse.strategies import TIERS, build
     from zerolayer.models.importer import ensure_model
 
@@ -165,6 +166,7 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         settings,
         args.model,
     )
+    clear_cards(out, tiers)  # what is there now is not a finished build of these kinds
     cards = build(builder, tiers)
     for tier, card in cards.items():
         print(

@@ -214,6 +214,11 @@ class Platform:
                 os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
             # the gateway's edge (zerolayer.gateway.edge) around Ray Serve's own HTTP handling
             os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", EDGE)
+            # In throughput mode every application's ingress replica (the gateway, and each
+            # tier's) stays up at least this long when it stops, so that load balancers can
+            # take it out of rotation (Ray's default: 30 s). Nothing balances in front of a
+            # local platform, and the launcher drains the gateway itself before Serve stops.
+            os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
             # Ray's servers listen on every interface and Ray has no setting to change that:
             # every call to them must carry a token, kept in a file only this user can read
             # (Ray's own default is ~/.ray/auth_token, created readable by everyone)
