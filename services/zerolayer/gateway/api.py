@@ -32,6 +32,7 @@ from zerolayer.gateway.schemas import (
     CompletionRequest,
     CreateKeyRequest,
 )
+from zerolayer.store.tiers import state_of
 
 __all__ = ["create_app"]
 
@@ -111,7 +112,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     async def models(request: Request) -> dict[str, Any]:
         await authorise(request, parts.lookup_key)
         states = await flow.states() or {}
-        ready = [t for t in catalog.served() if str(t) not in states or states[str(t)].ready]
+        ready = [t for t in catalog.served() if state_of(states, t).ready]
         cards = await parts.backend.cards(ready)
         return {"object": "list", "data": catalog.cards(int(time.time()), cards, states)}
 

@@ -16,7 +16,7 @@ from zerolayer.errors import (
     TierUnavailable,
 )
 from zerolayer.protocol import Target
-from zerolayer.store.tiers import READY, TierState
+from zerolayer.store.tiers import TierState, state_of
 
 BUILDING_RETRY_S = 30.0  # Retry-After of a tier still building (builds take minutes)
 STARTING_RETRY_S = 10.0  # of a tier whose replica is loading the model
@@ -62,13 +62,13 @@ class Catalog:
         target = Target(name, tier)
         if states is None:
             return target
-        state = states.get(str(target), READY)
-        if state.status == "ready":
+        state = state_of(states, target)
+        if state.ready:
             return target
         if not named:
             for other in _no_dearer(plan_cfg, tier):
                 candidate = Target(name, other)
-                if states.get(str(candidate), READY).status == "ready":
+                if state_of(states, candidate).ready:
                     return candidate
         raise not_ready(target, state)
 
@@ -109,7 +109,7 @@ class Catalog:
                         "engine": tc.engine,
                         "artifact": tc.artifact,
                         "max_model_len": model.max_model_len,
-                        **states.get(str(Target(name, tier)), READY).public(),
+                        **state_of(states, Target(name, tier)).public(),
                         "tier_card": tier_cards.get(Target(name, tier)),
                     }
                 )

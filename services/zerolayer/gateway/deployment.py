@@ -15,6 +15,7 @@ from ray.serve.handle import DeploymentHandle
 
 from zerolayer.config import PlatformConfig
 from zerolayer.gateway.api import create_app
+from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.parts import GatewayParts
@@ -31,7 +32,7 @@ from zerolayer.protocol import (
 )
 from zerolayer.store.connect import async_client, sync_client
 from zerolayer.store.keys import AsyncKeyStore, KeyStore
-from zerolayer.store.tiers import READY, AsyncTierBoard
+from zerolayer.store.tiers import AsyncTierBoard, state_of
 from zerolayer.tokenfix.service import Tokenfix
 
 __all__ = [
@@ -159,11 +160,7 @@ class GatewayDeployment:
         except Exception as exc:  # report, do not raise: /healthz answers either way
             return {"status": "degraded", "redis": f"unreachable: {type(exc).__name__}"}
         states = await self.tiers.states()
-        tiers = {
-            str(Target(m, t)): states.get(str(Target(m, t)), READY).status
-            for m, mc in self.config.models.items()
-            for t in mc.tiers
-        }
+        tiers = {str(t): state_of(states, t).status for t in Catalog(self.config).served()}
         return {"status": "ok", "redis": "ok", "tiers": tiers}
 
     def __serve_build_asgi_app__(self) -> FastAPI:

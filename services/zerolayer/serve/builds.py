@@ -61,7 +61,6 @@ class Builds:
         self._proc: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
         self._deploys: list[threading.Thread] = []
-        self.done = threading.Event()  # every build ended (built, failed or stopped)
 
     def queue(self, todo: dict[str, list[str]]) -> None:
         """Mark every tier these kinds serve as building (queued), before anything starts."""
@@ -95,15 +94,10 @@ class Builds:
             t.join(grace_s)
 
     def _run(self, todo: dict[str, list[str]]) -> None:
-        try:
-            for model, kinds in todo.items():
-                left = list(kinds)
-                while left and not self._stop.is_set():
-                    self._worker(model, left)  # removes what it built or failed from `left`
-        finally:
-            for t in self._deploys:
-                t.join()
-            self.done.set()
+        for model, kinds in todo.items():
+            left = list(kinds)
+            while left and not self._stop.is_set():
+                self._worker(model, left)  # removes what it built or failed from `left`
 
     def _set(self, model: str, kind: str, state: TierState) -> None:
         for tier in tiers_of_kind(self.cfg, model, kind):

@@ -227,6 +227,7 @@ class Platform:
 
         private_dir(Path(self.cfg.cache_dir))  # it holds the keys: this user's alone
         todo: dict[str, list[str]] = {}  # model -> artifact kinds to build in the background
+        ready: list[tuple[str, str]] = []  # (model, tier) deployed now
         for name in self.cfg.models:
             self._say(f"model {name}: {self.cfg.model_dir(name)}")
             ensure_model(self.cfg, name)
@@ -236,12 +237,7 @@ class Platform:
             for tier in self.cfg.models[name].tiers:
                 if tier not in building:
                     require_artifact(self.cfg, name, tier)  # a clear failure, before anything
-        ready = [
-            (m, t)
-            for m, mc in self.cfg.models.items()
-            for t in mc.tiers
-            if t not in {x for k in todo.get(m, []) for x in tiers_of_kind(self.cfg, m, k)}
-        ]
+                    ready.append((name, tier))
         if self.cfg.redis.url is None:
             rc = self.cfg.redis
             self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)

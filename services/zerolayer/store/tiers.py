@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis import Redis
 
-__all__ = ["BOARD_KEY", "TierState", "TierBoard", "AsyncTierBoard", "READY"]
+__all__ = ["BOARD_KEY", "TierState", "TierBoard", "AsyncTierBoard", "READY", "state_of"]
 
 BOARD_KEY = "zl:tiers"  # hash: '<model>:<tier>' -> TierState as JSON
 Status = Literal["starting", "ready", "building", "failed"]
@@ -60,18 +61,14 @@ class TierBoard:
 
     def set(self, tier: str, state: TierState) -> None:
         if not state.since:
-            state = TierState(state.status, state.step, state.progress, state.reason, time.time())
+            state = replace(state, since=time.time())
         self.client.hset(BOARD_KEY, tier, json.dumps(asdict(state)))
 
     def reset(self, tiers: list[str]) -> None:
         """Forget every tier but these (a tier a previous start served and this one does not)."""
-        stale = [t.decode() if isinstance(t, bytes) else t for t in self.client.hkeys(BOARD_KEY)]
-        stale = [t for t in stale if t not in tiers]
+        stale = [_s(t) for t in self.client.hkeys(BOARD_KEY) if _s(t) not in tiers]
         if stale:
             self.client.hdel(BOARD_KEY, *stale)
-
-    def states(self) -> dict[str, TierState]:
-        return {_s(k): TierState.parse(v) for k, v in self.client.hgetall(BOARD_KEY).items()}
 
 
 class AsyncTierBoard:
@@ -92,8 +89,11 @@ class AsyncTierBoard:
             self._read_at = now
         return self._states
 
-    async def state(self, tier: str) -> TierState:
-        return (await self.states()).get(tier, READY)
+
+def state_of(states: Mapping[str, TierState], target: object) -> TierState:
+    """A tier's state on the board (str(target) names it); ready when the board does not name
+    it."""
+    return states.get(str(target), READY)
 
 
 def _s(value: str | bytes) -> str:
