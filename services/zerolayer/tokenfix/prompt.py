@@ -25,14 +25,27 @@ class PromptBuilder:
     """Turns OpenAI messages or a completion prompt into the token ids the engine sees.
 
     The same ids are what usage reports, so billing counts exactly what the model read.
+
+    Safe to call from many threads at once (the tokenfix deployment tokenizes in worker
+    threads). Whether special-token strings are split is a setting of the Rust tokenizer, which
+    transformers' `encode(..., split_special_tokens=...)` changes on the shared object before
+    it encodes: two threads asking for different settings then tokenize with each other's (a
+    template's `<|im_start|>` split into pieces, or a user's typed `<|im_start|>` read as the
+    special token). So each setting has its own copy of the Rust tokenizer, fixed at start.
     """
 
     def __init__(self, model_dir: str | Path):
+        from tokenizers import Tokenizer
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequest(f"model at {model_dir} has no chat template; run the import")
+        spec = self.tokenizer.backend_tokenizer.to_str()
+        self._template = Tokenizer.from_str(spec)  # special-token strings are special tokens
+        self._template.encode_special_tokens = False
+        self._text = Tokenizer.from_str(spec)  # special-token strings are plain text
+        self._text.encode_special_tokens = True
 
     def chat(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of the chat template applied to messages, ready for the assistant's turn.
@@ -76,7 +89,7 @@ class PromptBuilder:
         if not text:
             return []
         return list(
-            self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=as_text)
+            (self._text if as_text else self._template).encode(text, add_special_tokens=False).ids
         )
 
     def _defused(self, message: dict[str, Any]) -> str:
@@ -88,6 +101,6 @@ class PromptBuilder:
     def completion(self, prompt: str | list[int]) -> list[int]:
         """Token ids of a raw completion prompt (text, or ids passed through after a check)."""
         if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+            return self._encode(prompt)
         check_token_ids(prompt, len(self.tokenizer))
         return list(prompt)
