@@ -88,9 +88,10 @@ class PromptBuilder:
     def _encode(self, text: str, as_text: bool = False) -> list[int]:
         if not text:
             return []
-        return list(
-            (self._text if as_text else self._template).encode(text, add_special_tokens=False).ids
-        )
+        # encode_batch lets go of the GIL while it works (encode does not): a long prompt must
+        # not stop the gateway's event loop meanwhile
+        tok = self._text if as_text else self._template
+        return list(tok.encode_batch([text], add_special_tokens=False)[0].ids)
 
     def _defused(self, message: dict[str, Any]) -> str:
         text = message.get("content") or ""
