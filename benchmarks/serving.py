@@ -2,10 +2,12 @@
   (a) straight to a vLLM engine in this process, all at once, and
   (b) through the platform over HTTP (Ray Serve proxy -> gateway -> replica -> vLLM) by 32
       concurrent clients,
-interleaved a, b, a, b, ... for --repeats rounds after one warm-up round. Prints tokens/s of each
-round and the median of the per-round ratios b/a; writes benchmarks/results/serving.json.
+both in every round, in a shuffled order, for --repeats rounds after one warm-up round. Prints
+tokens/s of each round, the median of the per-round ratios b/a and their spread; writes
+benchmarks/results/serving.json (serving-stream.json with --stream). With --cpu it also prints,
+per path, the CPU seconds every process group used while that path ran (where the cores went).
 
-  .venv/bin/python benchmarks/serving.py [--stream] [--repeats N]
+  .venv/bin/python benchmarks/serving.py [--stream] [--repeats N] [--cpu]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
 import time
@@ -54,7 +57,69 @@ TOPICS = [
     "a forest path",
     "a letter never sent",
 ]
-RESULTS = Path(__file__).resolve().parent / "results" / "serving.json"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _group(proc: Any) -> str:
+    """A process's name, prefixed by whose it is: the platform's (under a Ray worker or Ray's
+    own servers) or this benchmark's in-process engine."""
+    name = proc.name()
+    if name.startswith(("ray::", "raylet", "gcs_server", "redis", "valkey")):
+        return name
+    try:
+        for parent in proc.parents():
+            if parent.name().startswith(("ray::", "raylet")):
+                return f"platform {name}"
+    except Exception:
+        pass
+    return f"bench {name}"
+
+
+class CpuMeter:
+    """CPU seconds (user + system) each process group of this user used between start() and
+    stop(), summed over the rounds."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, dict[str, float]] = {}
+        self._before: dict[int, tuple[str, float]] = {}
+
+    @staticmethod
+    def _sample() -> dict[int, tuple[str, float]]:
+        import os
+
+        import psutil
+
+        out = {}
+        for proc in psutil.process_iter():
+            try:
+                if proc.uids().real != os.getuid():
+                    continue
+                t = proc.cpu_times()
+                out[proc.pid] = (_group(proc), t.user + t.system)
+            except Exception:
+                continue
+        return out
+
+    def start(self) -> None:
+        self._before = self._sample()
+
+    def stop(self, phase: str) -> None:
+        after = self._sample()
+        acc = self.totals.setdefault(phase, {})
+        for pid, (group, sec) in after.items():
+            used = sec - self._before.get(pid, (group, 0.0))[1]
+            if used > 0:
+                acc[group] = acc.get(group, 0.0) + used
+
+    def report(self) -> dict[str, dict[str, float]]:
+        return {
+            phase: dict(
+                sorted(
+                    ((g, round(s, 1)) for g, s in acc.items() if s >= 0.05), key=lambda kv: -kv[1]
+                )
+            )
+            for phase, acc in self.totals.items()
+        }
 
 
 def messages(i: int) -> list[dict[str, str]]:
@@ -118,8 +183,11 @@ async def run_platform(
 
 def baseline_only(cfg: Any) -> Any:
     """The platform config serving only each model's baseline tier (what this benchmark sends
-    to), with every plan reduced to it."""
+    to), with every plan reduced to it, and admission control off: 32 requests at once queue
+    past its threshold in vLLM, and a round started within its window of the last one would be
+    shed (503) for the dev key's plan."""
     data = cfg.model_dump()
+    data["gateway"]["queue_wait_threshold_ms"] = 1e9
     for model in data["models"].values():
         model["tiers"] = {"baseline": model["tiers"]["baseline"]}
     free = {"prompt_per_1k": 0.0, "completion_per_1k": 0.0}
@@ -133,14 +201,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--repeats", type=int, default=3, help="measured rounds (after one warm-up)")
+    ap.add_argument("--repeats", type=int, default=5, help="measured rounds (after one warm-up)")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument(
         "--stream", action="store_true", help="clients stream (SSE) instead of one JSON reply"
     )
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--cpu", action="store_true", help="CPU seconds per process group and path")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the per-round order")
+    ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    out = args.out or RESULTS / ("serving-stream.json" if args.stream else "serving.json")
+    order = random.Random(args.seed)
+    meter = CpuMeter() if args.cpu else None
 
     from zerolayer.config import load_config
     from zerolayer.engines.vllm_engine import VLLMEngine
@@ -169,51 +242,80 @@ def main() -> None:
         loop = asyncio.new_event_loop()
         loop.run_until_complete(engine.start())
         for rnd in range(args.repeats + 1):
-            tok_a, sec_a = loop.run_until_complete(
-                run_engine(engine, prompts, args.requests, args.max_tokens)
-            )
-            tok_b, sec_b = loop.run_until_complete(
-                run_platform(
-                    platform.base_url,
-                    platform.key or "",
-                    args.requests,
-                    args.max_tokens,
-                    args.stream,
-                )
-            )
+            paths = ["engine", "platform"]
+            order.shuffle(paths)
+            got: dict[str, tuple[int, float]] = {}
+            for path in paths:
+                if meter and rnd:
+                    meter.start()
+                if path == "engine":
+                    coro = run_engine(engine, prompts, args.requests, args.max_tokens)
+                else:
+                    coro = run_platform(
+                        platform.base_url,
+                        platform.key or "",
+                        args.requests,
+                        args.max_tokens,
+                        args.stream,
+                    )
+                got[path] = loop.run_until_complete(coro)
+                if meter and rnd:
+                    meter.stop(path)
+            (tok_a, sec_a), (tok_b, sec_b) = got["engine"], got["platform"]
             a, b = tok_a / sec_a, tok_b / sec_b
             label = "warm-up" if rnd == 0 else f"round {rnd}"
             print(
-                f"{label:8s} engine {a:8.1f} tok/s ({tok_a} tok)  platform {b:8.1f} tok/s "
-                f"({tok_b} tok)  ratio {b / a:.3f}",
+                f"{label:8s} {paths[0]:8s} first  engine {a:8.1f} tok/s ({tok_a} tok)  "
+                f"platform {b:8.1f} tok/s ({tok_b} tok)  ratio {b / a:.3f}",
                 flush=True,
             )
             if rnd:
-                rows.append((a, b, b / a))
+                rows.append((a, b, b / a, paths[0]))
         loop.run_until_complete(engine.shutdown())
     finally:
         platform.stop()
 
-    result = {
+    ratios = [r[2] for r in rows]
+    result: dict[str, Any] = {
         "engine_tokens_per_s": round(statistics.median(r[0] for r in rows), 1),
         "platform_tokens_per_s": round(statistics.median(r[1] for r in rows), 1),
-        "ratio": round(statistics.median(r[2] for r in rows), 3),
+        "ratio": round(statistics.median(ratios), 3),
+        "ratio_min": round(min(ratios), 3),
+        "ratio_max": round(max(ratios), 3),
         "rounds": [
-            {"engine": round(a, 1), "platform": round(b, 1), "ratio": round(r, 3)}
-            for a, b, r in rows
+            {"first": first, "engine": round(a, 1), "platform": round(b, 1), "ratio": round(r, 3)}
+            for a, b, r, first in rows
         ],
         "requests": args.requests,
         "max_tokens": args.max_tokens,
         "client_streams": args.stream,
-        "command": "python benchmarks/serving.py" + (" --stream" if args.stream else ""),
+        "command": "python benchmarks/serving.py"
+        + (" --stream" if args.stream else "")
+        + f" --repeats {args.repeats}"
+        + (" --cpu" if args.cpu else ""),
     }
+    if meter:
+        result["cpu_seconds"] = meter.report()
+        for phase, groups in result["cpu_seconds"].items():
+            print(f"CPU seconds while the {phase} path ran ({args.repeats} rounds):")
+            for group, sec in groups.items():
+                print(f"  {sec:8.1f}  {group}")
     print(
         json.dumps(
-            {k: result[k] for k in ("engine_tokens_per_s", "platform_tokens_per_s", "ratio")}
+            {
+                k: result[k]
+                for k in (
+                    "engine_tokens_per_s",
+                    "platform_tokens_per_s",
+                    "ratio",
+                    "ratio_min",
+                    "ratio_max",
+                )
+            }
         )
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

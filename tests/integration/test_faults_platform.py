@@ -74,6 +74,15 @@ def test_secrets_stay_private(up: Up) -> None:
     session = re.search(r"(/\S+)/sockets/", " ".join(raylets[0].cmdline()))
     # <private>/ray/<session>/sockets/...: Ray makes its folders 0777, the one above is 0700
     assert session and _mode(Path(session.group(1)).parents[1]) == "0o700"
+    # the platform's port is Ray Serve's HAProxy, whose files (an admin socket anyone could
+    # write to, in Ray's default place) are in a folder only this user can enter
+    haproxy = [p for p in up.processes() if p.name() == "haproxy"]
+    assert haproxy, "the platform's port is not served by HAProxy"
+    args = haproxy[-1].cmdline()
+    folder = Path(args[args.index("-f") + 1]).parents[1]
+    assert folder.name.startswith("haproxy-") and _mode(folder) == "0o700"
+    listening = {c.laddr.port for h in haproxy for c in h.net_connections() if c.status == "LISTEN"}
+    assert up.port in listening
 
 
 def _frames(up: Up, key: str, content: str, max_tokens: int, frames: list[str], at: Any) -> None:

@@ -54,6 +54,12 @@ class RayConfig(Strict):
         description="Start Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (direct ingress, gRPC "
         "between deployments); measured in docs/benchmarks.md",
     )
+    haproxy: bool = Field(
+        default=True,
+        description="With throughput_optimized: Ray Serve's HAProxy listens on the platform's "
+        "port and hands requests to the gateway replicas' own HTTP servers (instead of Ray's "
+        "Python proxy relaying every chunk); measured in docs/benchmarks.md",
+    )
 
 
 class GatewayConfig(Strict):

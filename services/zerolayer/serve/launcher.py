@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -102,6 +103,33 @@ def _ray_token_auth() -> None:
         AuthenticationTokenLoader.instance().reset_cache()
     except (ImportError, AttributeError):  # a Ray without token authentication
         pass
+
+
+def _haproxy_env() -> None:
+    """Ray Serve's HAProxy (see Platform.start) with its files in a folder only this user can
+    enter (Ray's default, /tmp/haproxy-serve, holds an admin socket anyone may write to) and
+    its statistics and metrics listeners on free ports (Ray's defaults, 8404 and 9101, would
+    clash between two platforms on one machine). Those two listen on every interface: Ray's
+    template has no setting for their address; they serve counters, no data."""
+    folder = private_dir(_private_tmp() / f"haproxy-{os.getpid()}")
+    settings = {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(folder / "haproxy.cfg"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(folder / "admin.sock"),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(folder),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
+    }
+    for name, value in settings.items():
+        os.environ.setdefault(name, value)
+
+
+def _free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
 
 
 def _end_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
@@ -212,6 +240,8 @@ class Platform:
             # set before this module imports ray.
             if self.cfg.ray.throughput_optimized:
                 os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+                if self.cfg.ray.haproxy:
+                    _haproxy_env()
             # the gateway's edge (zerolayer.gateway.edge) around Ray Serve's own HTTP handling
             os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", EDGE)
             # In throughput mode every application's ingress replica (the gateway, and each
