@@ -82,3 +82,22 @@ def test_sparse24_round_trip_is_exact(tmp_path: Path) -> None:
     w = torch.tensor([[0.0, 2.0, -3.0, 0.0, 1.0, 0.0, 0.0, -4.0]])
     save_sparse24(tmp_path, {(5, "up_proj"): w})
     assert torch.equal(read_sparse24(tmp_path)[(5, "up_proj")], w)
+
+
+def test_dynamic_input_weights_round_trip_and_format_1_still_loads(tmp_path: Path) -> None:
+    weights = {(2, "q_proj"): torch.randn(4, 3), (2, "up_proj"): torch.randn(5, 3)}
+    save_dynamic(tmp_path, Dynamic(mlp={2: 0.5}, qkv={2: 0.1}, gate_up={2: 0.2}, weights=weights))
+    back = read_dynamic(tmp_path)
+    assert set(back.weights) == set(weights)
+    assert all(torch.equal(back.weights[k], w) for k, w in weights.items())
+    # a format 1 artifact, written before the distilled input weights: thresholds and down_proj only
+    body = json.loads((tmp_path / "thresholds.json").read_text())
+    body["format_version"] = 1
+    (tmp_path / "thresholds.json").write_text(json.dumps(body))
+    (tmp_path / "inputs.safetensors").unlink()
+    old = read_dynamic(tmp_path)
+    assert old.weights == {} and old.inputs() == back.inputs()
+    # saving an artifact without input weights leaves no stale file from an earlier one
+    save_dynamic(tmp_path, Dynamic(mlp={2: 0.5}, weights=weights))
+    save_dynamic(tmp_path, Dynamic(mlp={2: 0.5}))
+    assert read_dynamic(tmp_path).weights == {}

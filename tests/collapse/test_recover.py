@@ -41,3 +41,40 @@ def test_distillation_lowers_kl_and_keeps_the_cut(
     # zero epochs: the starting weights, unchanged
     same = distill(dense, start, keep, calib_windows, epochs=0)
     assert all(torch.equal(same[i], start[i]) for i in start)
+
+
+def test_named_distillation_trains_only_the_given_projections(
+    dense: Any, calib_windows: list[list[int]]
+) -> None:
+    from zerolayer.collapse.ablate import activation_threshold
+    from zerolayer.collapse.recover import distill_named
+
+    layers = dense.model.layers
+    # 60% of q/k/v's input zeroed in layers 3-6: q/k/v learn to work with it
+    th = {i: 0.6 * float(layers[i].input_layernorm.weight.abs().mean()) for i in range(3, 7)}
+    start = {
+        (i, p): getattr(layers[i].self_attn, p).weight.detach().clone()
+        for i in th
+        for p in ("q_proj", "k_proj", "v_proj")
+    }
+    untouched = layers[4].mlp.up_proj.weight.detach().clone()
+    trained = distill_named(
+        dense,
+        start,
+        calib_windows,
+        epochs=3,
+        batch=2,
+        progress=False,
+        student_cut=lambda student: activation_threshold(student, th, "qkv"),
+    )
+    assert set(trained) == set(start)
+    assert all(not torch.equal(trained[k], start[k]) for k in start)
+    assert torch.equal(layers[3].self_attn.q_proj.weight, start[(3, "q_proj")]), "teacher kept"
+    assert torch.equal(layers[4].mlp.up_proj.weight, untouched)
+    from zerolayer.collapse.reconstruct import swapped_named
+
+    on_train = Evaluator(dense, calib_windows)
+    plain = on_train.evaluate(activation_threshold(dense, th, "qkv"))
+    with swapped_named(dense, trained):
+        distilled = on_train.evaluate(activation_threshold(dense, th, "qkv"))
+    assert distilled.kl < 0.9 * plain.kl

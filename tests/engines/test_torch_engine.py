@@ -232,11 +232,20 @@ def test_dynamic_thresholds_match_the_hooked_model(
         i: float(a.quantile(0.2)) for (i, k), a in inputs.items() if k == "gate_up" and i < 10
     }
     qkv = {i: float(a.quantile(0.2)) for (i, k), a in inputs.items() if k == "qkv" and i >= 10}
-    save_dynamic(tmp_path, Dynamic(mlp, attn, {}, qkv, gate_up))
+    # distilled weights of some projections (format 2): here the dense ones, scaled
+    layers = decoder_layers(dense)
+    weights = {
+        (3, "up_proj"): layers[3].mlp.up_proj.weight.detach() * 0.9,
+        (12, "k_proj"): layers[12].self_attn.k_proj.weight.detach() * 1.1,
+        (7, "o_proj"): layers[7].self_attn.o_proj.weight.detach() * 0.9,
+    }
+    save_dynamic(tmp_path, Dynamic(mlp, attn, {}, qkv, gate_up, weights))
     model, loaded = load_dynamic(model_dir, tmp_path)
     assert (loaded.mlp, loaded.attn, loaded.qkv, loaded.gate_up) == (mlp, attn, qkv, gate_up)
     with dynamic_cut(model, loaded):
         expected = [greedy(model, ids, stop_at_eos=True) for ids in chats]
+    with dynamic_cut(dense, loaded):  # the same thresholds on the dense weights
+        assert [greedy(dense, ids, stop_at_eos=True) for ids in chats] != expected
     engine = TorchEngine(
         str(model_dir), artifact="dynamic", artifact_dir=str(tmp_path), max_model_len=512
     )

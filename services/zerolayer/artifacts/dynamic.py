@@ -3,7 +3,9 @@
 thresholds.json holds, per layer, the |x| threshold on the input of down_proj ("thresholds"),
 o_proj ("attn_thresholds"), q/k/v ("qkv_thresholds") and gate/up ("gate_up_thresholds"); entries
 with |x| <= threshold count as zero. down_proj.safetensors holds the down_proj weights distilled
-with the thresholds in place (none: the dense weights).
+with the thresholds in place (none: the dense weights). Since format 2, inputs.safetensors holds
+the q/k/v and gate/up weights distilled with their inputs' thresholds in place
+("layers.<i>.<projection>"; absent, as in format 1 artifacts: the dense weights).
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ __all__ = ["Dynamic", "save_dynamic", "read_dynamic"]
 @dataclass
 class Dynamic:
     """A dynamic (per-token threshold) artifact: per layer, the |a| threshold on the input of
-    down_proj (`mlp`), o_proj (`attn`), q/k/v (`qkv`) and gate/up (`gate_up`), and the down_proj
-    weights distilled with the MLP thresholds in place (`down`; none: the dense weights)."""
+    down_proj (`mlp`), o_proj (`attn`), q/k/v (`qkv`) and gate/up (`gate_up`), the down_proj
+    weights distilled with the MLP thresholds in place (`down`; none: the dense weights), and
+    other projections' weights distilled with their inputs' thresholds in place (`weights`,
+    keyed by (layer, projection name); none: the dense weights)."""
 
     mlp: dict[int, float]
     attn: dict[int, float] = field(default_factory=dict)
     down: dict[int, torch.Tensor] = field(default_factory=dict)
     qkv: dict[int, float] = field(default_factory=dict)
     gate_up: dict[int, float] = field(default_factory=dict)
+    weights: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
 
     def inputs(self) -> dict[str, dict[int, float]]:
         """The thresholds per projection input kind (names.INPUT_KINDS)."""
@@ -41,11 +46,14 @@ class Dynamic:
 
 # thresholds.json keys of the inputs other than down_proj's ("thresholds", the first kind)
 _KEYS = {"attn": "attn_thresholds", "qkv": "qkv_thresholds", "gate_up": "gate_up_thresholds"}
+# the distilled q/k/v and gate/up weights (format 2 on)
+_INPUT_WEIGHTS = "inputs.safetensors"
 
 
 def save_dynamic(folder: Path, art: Dynamic) -> Path:
-    """Write a dynamic artifact: thresholds.json, and the distilled down_proj weights of the
-    thresholded layers in down_proj.safetensors."""
+    """Write a dynamic artifact: thresholds.json, the distilled down_proj weights of the
+    thresholded layers in down_proj.safetensors, and the other distilled weights (if any) in
+    inputs.safetensors."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -61,11 +69,17 @@ def save_dynamic(folder: Path, art: Dynamic) -> Path:
     (folder / "thresholds.json").write_text(json.dumps(body, indent=1) + "\n")
     tensors = {f"layers.{i}.down_proj": w.contiguous() for i, w in art.down.items()}
     save_file(tensors, str(folder / "down_proj.safetensors"))
+    tensors = {f"layers.{i}.{p}": w.contiguous() for (i, p), w in art.weights.items()}
+    if tensors:
+        save_file(tensors, str(folder / _INPUT_WEIGHTS))
+    else:
+        (folder / _INPUT_WEIGHTS).unlink(missing_ok=True)
     return folder
 
 
 def read_dynamic(folder: Path) -> Dynamic:
-    """A dynamic artifact as written by save_dynamic (keys absent in older ones: none)."""
+    """A dynamic artifact as written by save_dynamic (keys and files absent in older ones:
+    none)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -76,6 +90,12 @@ def read_dynamic(folder: Path) -> Dynamic:
         int(k.split(".")[1]): w for k, w in load_file(str(folder / "down_proj.safetensors")).items()
     }
 
+    weights: dict[tuple[int, str], torch.Tensor] = {}
+    if (folder / _INPUT_WEIGHTS).exists():
+        for k, w in load_file(str(folder / _INPUT_WEIGHTS)).items():
+            _, i, p = k.split(".")
+            weights[(int(i), p)] = w
+
     def read(key: str) -> dict[int, float]:
         return {int(i): float(t) for i, t in body.get(key, {}).items()}
 
@@ -85,4 +105,5 @@ def read_dynamic(folder: Path) -> Dynamic:
         down,
         read("qkv_thresholds"),
         read("gate_up_thresholds"),
+        weights,
     )

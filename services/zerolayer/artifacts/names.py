@@ -17,7 +17,7 @@ __all__ = [
 
 # Bumped when a reader of this version could misread an artifact written by the next one.
 # Artifacts written before versions were recorded read as version 1.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: dynamic artifacts may carry distilled q/k/v and gate/up weights
 
 # What a tier serves: the dense model, or one of the compiler's artifacts.
 ARTIFACTS = ("dense", "masked", "pruned", "dynamic", "sparse24")

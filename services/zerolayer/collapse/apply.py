@@ -70,6 +70,8 @@ def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, Dynamic]:
     with torch.no_grad():
         for i, w in art.down.items():
             layers[i].mlp.down_proj.weight.copy_(w)
+        for (i, p), w in art.weights.items():
+            linear(layers[i], p).weight.copy_(w)
     return model, art
 
 

@@ -10,7 +10,8 @@ Layout under <cache>/artifacts/<model>/:
   silence_map/   silence_map.safetensors, .json, .png, .html
   masked/        masks.safetensors + tier_card.json (static MLP channel cut, repaired down_proj)
   pruned/        a checkpoint with per-layer MLP widths + tier_card.json
-  dynamic/       thresholds.json, down_proj.safetensors + tier_card.json (per-token thresholds)
+  dynamic/       thresholds.json, down_proj.safetensors, inputs.safetensors + tier_card.json
+                 (per-token thresholds, and weights distilled with them in place)
   sparse24/      sparse24.safetensors (2:4 values + indices) + tier_card.json
 A tier's card is written last: a folder without one is an unfinished build.
 """
@@ -32,7 +33,7 @@ from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import Corpus, token_windows
 from zerolayer.collapse.draw import draw_html, draw_png
 from zerolayer.collapse.model import decoder_layers, load_model
-from zerolayer.collapse.reconstruct import gram_matrices, swapped
+from zerolayer.collapse.reconstruct import gram_matrices, swapped, swapped_named
 from zerolayer.collapse.recover import distill
 from zerolayer.collapse.silence_map import SilenceMap
 from zerolayer.config import CollapseConfig
@@ -186,8 +187,9 @@ class Builder:
         return down
 
     def applied(self, art: Dynamic) -> AbstractContextManager[None]:
-        """A dynamic artifact on the loaded model: its down_proj weights and its thresholds."""
-        return _both(swapped(self.model, art.down), dynamic_cut(self.model, art))
+        """A dynamic artifact on the loaded model: its weights and its thresholds."""
+        weights = _both(swapped(self.model, art.down), swapped_named(self.model, art.weights))
+        return _both(weights, dynamic_cut(self.model, art))
 
 
 @contextmanager

@@ -19,8 +19,17 @@ import torch
 from zerolayer.collapse.calibrate import capture_inputs
 from zerolayer.collapse.model import decoder_layers, projection
 from zerolayer.collapse.progress import bar
+from zerolayer.collapse.sparse24 import linear
 
-__all__ = ["gram_matrices", "obs_keep", "repaired_weight", "repaired", "swapped"]
+__all__ = [
+    "gram_matrices",
+    "obs_keep",
+    "repaired_weight",
+    "repaired",
+    "swapped",
+    "swapped_named",
+    "PROJECTIONS_OF",
+]
 
 
 @torch.no_grad()
@@ -110,6 +119,32 @@ def swapped(model: Any, weights: dict[int, torch.Tensor], kind: str = "mlp") -> 
     finally:
         for i, w in saved.items():
             projection(layers[i], kind).weight.data.copy_(w)
+
+
+@contextmanager
+def swapped_named(model: Any, weights: dict[tuple[int, str], torch.Tensor]) -> Iterator[None]:
+    """Run the body with these weights, keyed by (layer, projection name), in place of the
+    model's (restored on exit)."""
+    layers = decoder_layers(model)
+    saved = {}
+    try:
+        for (i, p), w in weights.items():
+            proj = linear(layers[i], p)
+            saved[(i, p)] = proj.weight.data.clone()
+            proj.weight.data.copy_(w)
+        yield
+    finally:
+        for (i, p), w in saved.items():
+            linear(layers[i], p).weight.data.copy_(w)
+
+
+# the projections of each input kind, named as collapse.model.projections returns them
+PROJECTIONS_OF = {
+    "qkv": ("q_proj", "k_proj", "v_proj"),
+    "gate_up": ("gate_proj", "up_proj"),
+    "attn": ("o_proj",),
+    "mlp": ("down_proj",),
+}
 
 
 def repaired(

@@ -202,8 +202,8 @@ class CollapseConfig(Strict):
     input_levels: dict[str, list[float]] = Field(
         default_factory=lambda: {
             "attn": [0.6, 0.5, 0.4, 0.3],
-            "gate_up": [0.3, 0.2, 0.1],
-            "qkv": [0.3, 0.2, 0.1],
+            "gate_up": [0.5, 0.4, 0.3, 0.2, 0.1],
+            "qkv": [0.5, 0.4, 0.3, 0.2, 0.1],
         },
         description="dynamic: after the MLP thresholds, the other projection inputs thresholded "
         "kind by kind in this order, each at the largest of its shares (the same in every "

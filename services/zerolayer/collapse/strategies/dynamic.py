@@ -1,13 +1,14 @@
 """The dynamic tier: per-token thresholds on projection inputs. First the MLP intermediate
 (down_proj's input), with per-layer shares allocated across layers and down_proj distilled with
 the thresholds in place; then o_proj's, gate/up's and q/k/v's inputs, kind by kind, at the
-largest share (the same in every layer) that keeps the whole cut within budget. Latency mode
-skips the weight rows of every input these thresholds zero."""
+largest share (the same in every layer) that keeps the whole cut within budget, gate/up's and
+q/k/v's weights distilled with their thresholds in place where that lets a larger share fit.
+Latency mode skips the weight rows of every input these thresholds zero."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,10 @@ from zerolayer.collapse.apply import dynamic_cut
 from zerolayer.collapse.build import Builder, Weights
 from zerolayer.collapse.calibrate import capture_inputs
 from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.reconstruct import PROJECTIONS_OF, swapped, swapped_named
+from zerolayer.collapse.recover import distill_named
 from zerolayer.collapse.select import dynamic_thresholds
+from zerolayer.collapse.sparse24 import linear
 
 __all__ = ["build_dynamic", "measured_sparsity"]
 
@@ -69,7 +73,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
     thresholds = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
     if not distilled:
         down = {}  # the dense weights: nothing to store
-    art, shares, quality = _input_thresholds(b, Dynamic(thresholds, {}, down), quality)
+    art, shares, quality, weights = _input_thresholds(b, Dynamic(thresholds, {}, down), quality)
     folder = save_dynamic(b.out / "dynamic", art)
     val_after = b.validator.evaluate(b.applied(art)).ppl_delta
     sparsity = measured_sparsity(b, art)
@@ -77,6 +81,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
         "per_layer_share": {str(i): round(s, 4) for i, s in choice.shares.items()}
     }
     level.update({f"{kind}_share": share for kind, share in shares.items()})
+    level.update({f"{kind}_weights": how for kind, how in weights.items()})
     extra = {
         "level": level,
         "activation_sparsity": round(sparsity.pop("mlp"), 5),
@@ -91,7 +96,8 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
         "input-dependent masking of the MLP intermediate (per-layer |a| thresholds "
         "allocated across layers, down_proj distilled with the thresholds in place), then "
         "of the attention output, gate/up's and q/k/v's inputs (one share per kind in every "
-        "layer, within what the budget leaves)",
+        "layer, within what the budget leaves; gate/up's and q/k/v's weights distilled with "
+        "their thresholds in place where that lets a larger share fit)",
         quality,
         extra,
         folder,
@@ -100,28 +106,76 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
 
 def _input_thresholds(
     b, art: Dynamic, quality: dict[str, float]
-) -> tuple[Dynamic, dict[str, float], dict[str, float]]:
+) -> tuple[Dynamic, dict[str, float], dict[str, float], dict[str, str]]:
     """Thresholds on the inputs of o_proj, gate/up and q/k/v, kind by kind (`input_levels`):
     the largest share, the same in every layer, that keeps the whole cut within budget on
     the validation windows and then on the evaluation corpus; each kind's thresholds are
-    measured with the ones chosen before it in place. Returns the artifact, the share per
-    kind (0 where none fits) and the quality of the whole cut. Latency mode skips the weight
-    rows of every input these thresholds zero."""
+    measured with the ones chosen before it in place. For gate/up and q/k/v, a share whose
+    cut misses the budget on the validation windows by no more than the distillation
+    headroom has the weights reading that input distilled (KL against dense, the whole cut
+    in place) and is tried again (`DISTILLATIONS` per kind at most). Returns the artifact,
+    the share per kind (0 where none fits), the quality of the whole cut and, per kind with
+    a share, its weights ("dense" or "distilled").
+    Latency mode skips the weight rows of every input these thresholds zero."""
     budget = b.s.budget("dynamic")
+    headroom = b.s.distill_headroom.get("dynamic", 1.0) if b.s.distill_epochs else 1.0
     shares: dict[str, float] = {}
+    weights: dict[str, str] = {}
     for kind, levels in b.s.input_levels.items():
         shares[kind] = 0.0
+        tries = DISTILLATIONS if kind in DISTILLED_INPUTS and b.s.distill_epochs > 0 else 0
         quantiles = _input_quantiles(b, art, kind, sorted(levels, reverse=True))
         for share, th in quantiles.items():
-            trial = replace(art, **{kind: th})
-            if b.validator.evaluate(b.applied(trial)).ppl_delta > budget:
+            trial, how = replace(art, **{kind: th}), "dense"
+            val = b.validator.evaluate(b.applied(trial)).ppl_delta
+            if budget < val <= budget * headroom and tries > 0:
+                tries, how = tries - 1, "distilled"
+                trial = _distil(b, trial, kind)
+                val = b.validator.evaluate(b.applied(trial)).ppl_delta
+            if val > budget:
                 continue
             desc = f"dynamic + {kind} on eval"
             q = b.evaluator.evaluate(b.applied(trial), desc=desc).as_dict()
             if q["ppl_delta"] <= budget:
-                art, shares[kind], quality = trial, share, q
+                art, shares[kind], quality, weights[kind] = trial, share, q, how
                 break
-    return art, shares, quality
+    return art, shares, quality, weights
+
+
+# the inputs whose projections are distilled with their thresholds in place (down_proj's, the
+# MLP intermediate, is distilled when the MLP thresholds are chosen), and how many shares of
+# each may be distilled (each costs `distill_epochs` over the calibration windows)
+DISTILLED_INPUTS = ("gate_up", "qkv")
+DISTILLATIONS = 2
+
+
+def _distil(b, trial: Dynamic, kind: str) -> Dynamic:
+    """The trial with the weights reading `kind` distilled (from the dense ones) with the whole
+    trial cut in place."""
+    layers = decoder_layers(b.model)
+    start = {
+        (i, name): linear(layers[i], name).weight.detach().clone()
+        for i in trial.inputs()[kind]
+        for name in PROJECTIONS_OF[kind]
+    }
+    others = trial.weights
+    weights = distill_named(
+        b.model,
+        start,
+        b.calib_windows,
+        epochs=b.s.distill_epochs,
+        lr=b.s.distill_lr,
+        seed=b.s.seed,
+        student_cut=lambda student: _cut_with(student, replace(trial, weights=others)),
+    )
+    return replace(trial, weights={**trial.weights, **weights})
+
+
+@contextmanager
+def _cut_with(model: Any, art: Dynamic) -> Iterator[None]:
+    """A dynamic artifact's down_proj and other fixed weights and its thresholds on a model."""
+    with swapped(model, art.down), swapped_named(model, art.weights), dynamic_cut(model, art):
+        yield
 
 
 @torch.no_grad()

@@ -102,6 +102,8 @@ def read_tier(
         art = read_dynamic(folder)
         for i, w in art.down.items():
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
+        for (i, p), w in art.weights.items():
+            state[f"model.layers.{i}.{'mlp' if p in MLP_PROJ else 'self_attn'}.{p}.weight"] = w
         thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(folder).items():
