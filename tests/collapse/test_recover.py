@@ -51,7 +51,9 @@ def test_named_distillation_trains_only_the_given_projections(
 
     layers = dense.model.layers
     # 60% of q/k/v's input zeroed in layers 3-6: q/k/v learn to work with it
-    th = {i: 0.6 * float(layers[i].input_layernorm.weight.abs().mean()) for i in range(3, 7)}
+    th = {
+        i: 0.6 * float(layers[i].input_layernorm.weight.detach().abs().mean()) for i in range(3, 7)
+    }
     start = {
         (i, p): getattr(layers[i].self_attn, p).weight.detach().clone()
         for i in th

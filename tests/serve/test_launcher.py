@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
+from typing import Any
 
 from zerolayer.config import PlatformConfig
 from zerolayer.serve.launcher import admin_key
@@ -36,3 +37,32 @@ def test_admin_key_variable_reaches_the_config(tmp_path: Path) -> None:
     home = str(tmp_path)
     assert load_config(env={"HOME": home, "ZEROLAYER_ADMIN_KEY": "zla-env"}).admin_key == "zla-env"
     assert load_config(env={"HOME": home}).admin_key is None
+
+
+def test_haproxy_files_stay_private_with_a_socket_path_haproxy_accepts(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import os
+    import tempfile
+
+    from zerolayer.serve import launcher
+
+    for name in ("ENABLE_HA_PROXY", "HAPROXY_CONFIG_FILE_LOC", "HAPROXY_SOCKET_PATH"):
+        monkeypatch.setenv(f"RAY_SERVE_{name}", "")  # restored after the test
+    for name in ("SERVER_STATE_BASE", "SERVER_STATE_FILE", "METRICS_PORT"):
+        monkeypatch.setenv(f"RAY_SERVE_HAPROXY_{name}", "")
+    for tmp in (tmp_path, tmp_path / ("deep-" * 15)):  # the second: too long for the socket
+        tmp.mkdir(exist_ok=True)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        monkeypatch.setenv("RAY_SERVE_HAPROXY_STATS_PORT", "8404")  # as a parent platform left
+        launcher._haproxy_env()
+        folder = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).parent
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700
+        assert Path(os.environ["RAY_SERVE_HAPROXY_SOCKET_PATH"]).parent == folder
+        # Ray puts the socket one 56-character session folder below the configured one
+        socket = Path(os.environ["RAY_SERVE_HAPROXY_SOCKET_PATH"])
+        assert len(str(folder / ("x" * 56) / socket.name)) <= 97
+        ports = {os.environ[f"RAY_SERVE_HAPROXY_{p}_PORT"] for p in ("STATS", "METRICS")}
+        assert "8404" not in ports and len(ports) == 2
+    assert not str(folder).startswith(str(tmp_path))  # the long one fell back to /tmp

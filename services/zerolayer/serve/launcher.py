@@ -110,19 +110,34 @@ def _haproxy_env() -> None:
     enter (Ray's default, /tmp/haproxy-serve, holds an admin socket anyone may write to) and
     its statistics and metrics listeners on free ports (Ray's defaults, 8404 and 9101, would
     clash between two platforms on one machine). Those two listen on every interface: Ray's
-    template has no setting for their address; they serve counters, no data."""
-    folder = private_dir(_private_tmp() / f"haproxy-{os.getpid()}")
+    template has no setting for their address; they serve counters, no data. Set here, not
+    defaulted: a platform started from a process that started one inherits its settings."""
+    folder = _haproxy_dir()
     settings = {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(folder / "haproxy.cfg"),
-        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(folder / "admin.sock"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(folder / "sock"),
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(folder),
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
         "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
         "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
     }
-    for name, value in settings.items():
-        os.environ.setdefault(name, value)
+    os.environ.update(settings)
+
+
+# HAProxy refuses an admin socket path longer than this; Ray puts the socket one folder (a
+# 56-character session hash) below the configured folder.
+_HAPROXY_SOCKET_MAX = 97
+
+
+def _haproxy_dir() -> Path:
+    """A private folder for this platform's HAProxy files, short enough for its socket path
+    (<folder>/<session hash>/sock); under /tmp when the temporary folder's path is too long."""
+    name = f"ha{os.getpid()}"
+    folder = _private_tmp() / name
+    if len(str(folder)) + 1 + 56 + len("/sock") > _HAPROXY_SOCKET_MAX:
+        folder = private_dir(Path("/tmp") / f"zl-{os.getuid()}") / name
+    return private_dir(folder)
 
 
 def _free_port() -> int:
@@ -240,8 +255,10 @@ class Platform:
             # set before this module imports ray.
             if self.cfg.ray.throughput_optimized:
                 os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-                if self.cfg.ray.haproxy:
-                    _haproxy_env()
+            if self.cfg.ray.throughput_optimized and self.cfg.ray.haproxy:
+                _haproxy_env()
+            else:  # not inherited from a process that started a platform with it
+                os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
             # the gateway's edge (zerolayer.gateway.edge) around Ray Serve's own HTTP handling
             os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", EDGE)
             # In throughput mode every application's ingress replica (the gateway, and each
