@@ -38,7 +38,7 @@ from zerolayer.collapse.recover import distill
 from zerolayer.collapse.silence_map import SilenceMap
 from zerolayer.config import CollapseConfig
 
-__all__ = ["Builder", "Weights"]
+__all__ = ["Builder", "Weights", "dynamic_applied"]
 
 Weights = dict[int, torch.Tensor]
 # Which budget each built tier answers to (pruned is the masked cut, applied physically).
@@ -188,15 +188,13 @@ class Builder:
 
     def applied(self, art: Dynamic) -> AbstractContextManager[None]:
         """A dynamic artifact on the loaded model: its weights and its thresholds."""
-        weights = _both(swapped(self.model, art.down), swapped_named(self.model, art.weights))
-        return _both(weights, dynamic_cut(self.model, art))
+        return dynamic_applied(self.model, art)
 
 
 @contextmanager
-def _both(
-    first: AbstractContextManager[None], second: AbstractContextManager[None]
-) -> Iterator[None]:
-    """Both contexts while the body runs (entered when the body starts, not before: an
-    Evaluator computes its dense reference before it enters the cut it is given)."""
-    with first, second:
+def dynamic_applied(model: Any, art: Dynamic) -> Iterator[None]:
+    """A dynamic artifact's weights and thresholds on a model while the body runs (applied
+    when the body starts, not before: an Evaluator computes its dense reference before it
+    enters the cut it is given)."""
+    with swapped(model, art.down), swapped_named(model, art.weights), dynamic_cut(model, art):
         yield

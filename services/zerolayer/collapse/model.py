@@ -10,7 +10,25 @@ from typing import Any
 
 import torch
 
-__all__ = ["load_model", "decoder_layers", "projection", "projections", "removing"]
+from zerolayer.artifacts import MLP_PROJ
+
+__all__ = [
+    "load_model",
+    "decoder_layers",
+    "projection",
+    "projections",
+    "linear",
+    "PROJECTIONS_OF",
+    "removing",
+]
+
+# the projections that read each input kind, by name
+PROJECTIONS_OF = {
+    "mlp": ("down_proj",),
+    "attn": ("o_proj",),
+    "qkv": ("q_proj", "k_proj", "v_proj"),
+    "gate_up": ("gate_proj", "up_proj"),
+}
 
 
 def load_model(model_dir: str | Path) -> Any:
@@ -35,14 +53,14 @@ def projection(layer: Any, kind: str) -> torch.nn.Linear:
 def projections(layer: Any, kind: str) -> list[torch.nn.Linear]:
     """The projections that read one input: 'mlp' (down_proj), 'attn' (o_proj), 'qkv' (q/k/v
     read the normalised residual stream) and 'gate_up' (gate/up read it after attention)."""
-    if kind == "qkv":
-        a = layer.self_attn
-        return [a.q_proj, a.k_proj, a.v_proj]
-    if kind == "gate_up":
-        return [layer.mlp.gate_proj, layer.mlp.up_proj]
-    if kind in ("mlp", "attn"):
-        return [projection(layer, kind)]
-    raise ValueError(f"unknown projection input {kind!r}")
+    if kind not in PROJECTIONS_OF:
+        raise ValueError(f"unknown projection input {kind!r}")
+    return [linear(layer, name) for name in PROJECTIONS_OF[kind]]
+
+
+def linear(layer: Any, name: str) -> torch.nn.Linear:
+    """A decoder layer's projection by name (gate_proj ... o_proj)."""
+    return getattr(layer.mlp if name in MLP_PROJ else layer.self_attn, name)
 
 
 @contextmanager

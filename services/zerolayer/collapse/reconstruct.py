@@ -17,9 +17,8 @@ from typing import Any
 import torch
 
 from zerolayer.collapse.calibrate import capture_inputs
-from zerolayer.collapse.model import decoder_layers, projection
+from zerolayer.collapse.model import PROJECTIONS_OF, decoder_layers, linear, projection
 from zerolayer.collapse.progress import bar
-from zerolayer.collapse.sparse24 import linear
 
 __all__ = [
     "gram_matrices",
@@ -28,7 +27,6 @@ __all__ = [
     "repaired",
     "swapped",
     "swapped_named",
-    "PROJECTIONS_OF",
 ]
 
 
@@ -105,20 +103,13 @@ def repaired_weight(
     return out.to(weight.dtype)
 
 
-@contextmanager
-def swapped(model: Any, weights: dict[int, torch.Tensor], kind: str = "mlp") -> Iterator[None]:
-    """Run the body with these projection weights in place of the model's (restored on exit)."""
-    layers = decoder_layers(model)
-    saved = {}
-    try:
-        for i, w in weights.items():
-            proj = projection(layers[i], kind)
-            saved[i] = proj.weight.data.clone()
-            proj.weight.data.copy_(w)
-        yield
-    finally:
-        for i, w in saved.items():
-            projection(layers[i], kind).weight.data.copy_(w)
+def swapped(
+    model: Any, weights: dict[int, torch.Tensor], kind: str = "mlp"
+) -> AbstractContextManager[None]:
+    """Run the body with these projection weights (down_proj for 'mlp', o_proj for 'attn') in
+    place of the model's (restored on exit)."""
+    name = PROJECTIONS_OF[kind][0]
+    return swapped_named(model, {(i, name): w for i, w in weights.items()})
 
 
 @contextmanager
@@ -136,15 +127,6 @@ def swapped_named(model: Any, weights: dict[tuple[int, str], torch.Tensor]) -> I
     finally:
         for (i, p), w in saved.items():
             linear(layers[i], p).weight.data.copy_(w)
-
-
-# the projections of each input kind, named as collapse.model.projections returns them
-PROJECTIONS_OF = {
-    "qkv": ("q_proj", "k_proj", "v_proj"),
-    "gate_up": ("gate_proj", "up_proj"),
-    "attn": ("o_proj",),
-    "mlp": ("down_proj",),
-}
 
 
 def repaired(

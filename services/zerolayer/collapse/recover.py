@@ -22,9 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from zerolayer.collapse.model import decoder_layers
+from zerolayer.collapse.model import decoder_layers, linear
 from zerolayer.collapse.progress import bar
-from zerolayer.collapse.sparse24 import linear
 
 __all__ = ["distill", "distill_named"]
 

@@ -12,15 +12,10 @@ from typing import Any
 import torch
 
 from zerolayer.artifacts import ATTN_PROJ, MLP_PROJ
-from zerolayer.collapse.model import decoder_layers, removing
+from zerolayer.collapse.model import decoder_layers, linear, removing
 from zerolayer.collapse.progress import bar
 
 __all__ = ["MLP_PROJ", "ATTN_PROJ", "linear", "input_norms", "mask_24", "is_24", "sparsified"]
-
-
-def linear(layer: Any, name: str) -> torch.nn.Linear:
-    """A decoder layer's projection by name (gate_proj ... o_proj)."""
-    return getattr(layer.mlp if name in MLP_PROJ else layer.self_attn, name)
 
 
 @torch.no_grad()

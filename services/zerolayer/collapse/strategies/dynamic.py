@@ -7,8 +7,8 @@ Latency mode skips the weight rows of every input these thresholds zero."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -18,13 +18,11 @@ from zerolayer.artifacts import Dynamic, save_dynamic
 from zerolayer.collapse.ablate import activation_threshold
 from zerolayer.collapse.allocate import Choice, layer_sensitivity
 from zerolayer.collapse.apply import dynamic_cut
-from zerolayer.collapse.build import Builder, Weights
+from zerolayer.collapse.build import Builder, Weights, dynamic_applied
 from zerolayer.collapse.calibrate import capture_inputs
-from zerolayer.collapse.model import decoder_layers, projection
-from zerolayer.collapse.reconstruct import PROJECTIONS_OF, swapped, swapped_named
+from zerolayer.collapse.model import PROJECTIONS_OF, decoder_layers, linear, projection
 from zerolayer.collapse.recover import distill_named
 from zerolayer.collapse.select import dynamic_thresholds
-from zerolayer.collapse.sparse24 import linear
 
 __all__ = ["build_dynamic", "measured_sparsity"]
 
@@ -158,7 +156,6 @@ def _distil(b, trial: Dynamic, kind: str) -> Dynamic:
         for i in trial.inputs()[kind]
         for name in PROJECTIONS_OF[kind]
     }
-    others = trial.weights
     weights = distill_named(
         b.model,
         start,
@@ -166,16 +163,9 @@ def _distil(b, trial: Dynamic, kind: str) -> Dynamic:
         epochs=b.s.distill_epochs,
         lr=b.s.distill_lr,
         seed=b.s.seed,
-        student_cut=lambda student: _cut_with(student, replace(trial, weights=others)),
+        student_cut=lambda student: dynamic_applied(student, trial),
     )
     return replace(trial, weights={**trial.weights, **weights})
-
-
-@contextmanager
-def _cut_with(model: Any, art: Dynamic) -> Iterator[None]:
-    """A dynamic artifact's down_proj and other fixed weights and its thresholds on a model."""
-    with swapped(model, art.down), swapped_named(model, art.weights), dynamic_cut(model, art):
-        yield
 
 
 @torch.no_grad()

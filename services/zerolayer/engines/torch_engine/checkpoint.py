@@ -78,6 +78,11 @@ class TierWeights:
     sparse_units: set[tuple[int, str]] = field(default_factory=set)
 
 
+def _weight_key(layer: int, proj: str) -> str:
+    """The checkpoint key of a decoder layer's projection weight."""
+    return f"model.layers.{layer}.{'mlp' if proj in MLP_PROJ else 'self_attn'}.{proj}.weight"
+
+
 def read_tier(
     model_dir: str | Path, artifact: str = "dense", artifact_dir: str | Path | None = None
 ) -> TierWeights:
@@ -103,11 +108,10 @@ def read_tier(
         for i, w in art.down.items():
             state[f"model.layers.{i}.mlp.down_proj.weight"] = w
         for (i, p), w in art.weights.items():
-            state[f"model.layers.{i}.{'mlp' if p in MLP_PROJ else 'self_attn'}.{p}.weight"] = w
+            state[_weight_key(i, p)] = w
         thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(folder).items():
-            part = "mlp" if p in MLP_PROJ else "self_attn"
-            state[f"model.layers.{i}.{part}.{p}.weight"] = w
+            state[_weight_key(i, p)] = w
             units.add((i, p))
     return TierWeights(Shape.from_config(cfg), state, thresholds, units)
