@@ -9,10 +9,13 @@ seconds (a vLLM engine keeps its threads spinning for a while after a run). One 
 --repeats measured rounds; ratios are medians of the per-round ratios. Writes
 benchmarks/results/tiers.json.
 
-  .venv/bin/python benchmarks/tiers.py [--repeats 3] [--artifacts DIR]
+  .venv/bin/python benchmarks/tiers.py [--repeats 3] [--artifacts DIR] [--engines NAME,...]
 
 Artifacts default to the platform's (<cache>/artifacts/<model>); missing ones are built first
-with the model's collapse settings (zerolayer up does the same).
+with the model's collapse settings (zerolayer up does the same). --engines measures only some
+engines (with vllm:baseline and each one's same-engine baseline always added, so every ratio
+comes from one run) and merges them into the results file: the entries of engines it did not
+run stay as they were, each entry says which run measured it.
 """
 
 from __future__ import annotations
@@ -47,7 +50,24 @@ ENGINES = [
     ("torch:dynamic", "torch", "dynamic"),
 ]
 # the served tiers of platform/models.yaml and the engine each runs on
-SERVED = {"baseline": "vllm:baseline", "masked": "vllm:masked", "sparse24": "torch:sparse24"}
+SERVED = {
+    "baseline": "vllm:baseline",
+    "masked": "vllm:masked",
+    "sparse24": "torch:sparse24",
+    "dynamic": "torch:dynamic",
+}
+
+
+def selected(names: list[str] | None) -> list[tuple[str, str, str]]:
+    """The ENGINES rows to run: all, or those named plus vllm:baseline and each one's
+    same-engine baseline (every ratio needs its baseline measured in the same run)."""
+    if not names:
+        return list(ENGINES)
+    known = {n for n, _, _ in ENGINES}
+    if unknown := [n for n in names if n not in known]:
+        raise SystemExit(f"unknown engine(s) {unknown}; known: {sorted(known)}")
+    want = {*names, "vllm:baseline", *(f"{n.split(':')[0]}:baseline" for n in names)}
+    return [row for row in ENGINES if row[0] in want]
 
 
 def peak_rss(pid: int) -> int:
@@ -186,9 +206,9 @@ class Worker:
                 self.proc.kill()
 
 
-def _cards(artifacts: Path) -> dict[str, float]:
+def _cards(artifacts: Path, kinds: set[str]) -> dict[str, float]:
     out = {"dense": 0.0}
-    for kind in ("masked", "pruned", "sparse24", "dynamic"):
+    for kind in sorted(kinds - {"dense"}):
         card = json.loads((artifacts / kind / "tier_card.json").read_text())
         out[kind] = card["quality"]["ppl_delta"]
     return out
@@ -222,6 +242,10 @@ def draw(result: dict[str, Any], path: Path) -> Path:
         colors = ["#4c72b0" if n.startswith("vllm") else "#dd8452" for n in names]
         bars = ax.bar(range(len(names)), vals, color=colors)
         for b, n in zip(bars, names, strict=True):
+            if engines[n].get("measured") != result["setup"].get("measured"):
+                b.set_hatch("//")  # from an earlier run
+                b.set_alpha(0.45)
+        for b, n in zip(bars, names, strict=True):
             e = engines[n]
             ax.annotate(
                 f"x{e[ratio]:.2f}\nppl {e['ppl_delta']:+.1%}",
@@ -234,11 +258,57 @@ def draw(result: dict[str, Any], path: Path) -> Path:
         ax.set_title(title)
         ax.set_ylim(0, max(vals) * 1.25)
     setup = result["setup"]
-    fig.suptitle(
+    title = (
         f"Tiers of SmolLM2-135M on {setup['cpus']} CPU cores (median of {setup['repeats']} "
         "rounds; x = vs the same engine's baseline)"
     )
+    if any(e.get("measured") != setup.get("measured") for e in engines.values()):
+        title += "\nhatched: measured in an earlier run (the machine's speed differs between runs)"
+    fig.suptitle(title)
     return save_figure(fig, path, 110)
+
+
+def merged(
+    old: dict[str, Any],
+    engines: dict[str, Any],
+    rows: list[dict[str, Any]],
+    setup: dict[str, Any],
+    dynamic_ppl: float | None,
+) -> dict[str, Any]:
+    """The results file with this run's engines in it: `old` (a previous file, {} for a run of
+    every engine) keeps the entries of engines this run did not measure; the served tiers and
+    latency mode are rebuilt from the merged engines; `runs` lists every run the file draws
+    on (setup and rounds), newest last."""
+    every = {**old.get("engines", {}), **engines}
+    result: dict[str, Any] = {
+        tier: {"engine": name.split(":")[0], **every[name]}
+        for tier, name in SERVED.items()
+        if name in every
+    }
+    if "torch:dynamic" in engines and "torch:baseline" in engines:
+        result["latency_mode"] = {
+            "dense_tps_1": engines["torch:baseline"]["decode_tps_1"],
+            "masked_tps_1": engines["torch:dynamic"]["decode_tps_1"],
+            "ratio": engines["torch:dynamic"]["ratio_1_vs_baseline"],
+            "ppl_delta": dynamic_ppl,
+            "engine": "torch",
+            "measured": setup["measured"],
+        }
+    elif "latency_mode" in old:
+        result["latency_mode"] = old["latency_mode"]
+    result["engines"] = every
+    measured = set(engines)
+    earlier = old.get("runs", [])
+    if not earlier and "rounds" in old:  # a file written before runs were kept
+        earlier = [
+            {"engines": sorted(old["engines"]), "setup": old["setup"], "rounds": old["rounds"]}
+        ]
+    # a run whose every engine this one measured again is no longer drawn on
+    runs = [r for r in earlier if set(r["engines"]) - measured]
+    runs.append({"engines": sorted(measured), "setup": setup, "rounds": rows})
+    result["runs"] = runs
+    result["setup"] = setup
+    return result
 
 
 def main() -> None:
@@ -250,6 +320,11 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=5.0, help="idle seconds before each run")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--engines",
+        default="",
+        help="comma-separated engine:artifact names to measure and merge into --out (default: all)",
+    )
     ap.add_argument("--draw-only", action="store_true", help="redraw the picture from --out")
     args = ap.parse_args()
     if args.draw_only:
@@ -265,15 +340,18 @@ def main() -> None:
     cfg = load_config()
     model = cfg.default_model
     artifacts = args.artifacts or cfg.artifact_root(model)
+    run = selected([n for n in args.engines.split(",") if n])
+    kinds = {a for _, _, a in run}
     if args.artifacts is None:
-        kinds = ["pruned", "sparse24", "dynamic"]
-        if missing := [k for k in kinds if not is_built(artifacts / k)]:
+        # the masked artifact is built with the pruned one (one cut, two forms)
+        wanted = sorted({"pruned" if k == "masked" else k for k in kinds} - {"dense"})
+        if missing := [k for k in wanted if not is_built(artifacts / k)]:
             build = ["collapse", "build", "--model", model, "--tiers", ",".join(missing)]
             subprocess.run([sys.executable, "-m", "zerolayer.cli", *build], check=True)
-    ppl = _cards(artifacts)
+    ppl = _cards(artifacts, kinds)
     workers = []
     try:
-        for name, _, _ in ENGINES:
+        for name, _, _ in run:
             print(f"starting {name}", flush=True)
             workers.append(Worker(name, artifacts))
         rows: list[dict[str, Any]] = []
@@ -312,8 +390,9 @@ def main() -> None:
     def med(name: str, key: str) -> float:
         return round(statistics.median(r[name][key] for r in rows), 4)
 
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     engines: dict[str, Any] = {}
-    for name, kind, artifact in ENGINES:
+    for name, kind, artifact in run:
         base = f"{kind}:baseline"
         engines[name] = {
             **{k: med(name, k) for k in ("decode_tps_1", "decode_tps_32", "ttft_s")},
@@ -324,26 +403,24 @@ def main() -> None:
             "ratio_32_vs_vllm_baseline": _median_ratio(
                 rows, name, "vllm:baseline", "decode_tps_32"
             ),
+            "measured": stamp,
         }
-    result: dict[str, Any] = {
-        tier: {"engine": name.split(":")[0], **engines[name]} for tier, name in SERVED.items()
-    }
-    result["latency_mode"] = {
-        "dense_tps_1": engines["torch:baseline"]["decode_tps_1"],
-        "masked_tps_1": engines["torch:dynamic"]["decode_tps_1"],
-        "ratio": engines["torch:dynamic"]["ratio_1_vs_baseline"],
-        "ppl_delta": ppl["dynamic"],
-        "engine": "torch",
-    }
-    result["engines"] = engines
-    result["rounds"] = rows
-    result["setup"] = {
+    command = "python benchmarks/tiers.py" + (f" --engines {args.engines}" if args.engines else "")
+    setup = {
         "streams": STREAMS,
         "max_tokens": MAX_TOKENS,
         "repeats": args.repeats,
         "cpus": os.cpu_count(),
-        "command": "python benchmarks/tiers.py",
+        "command": command,
+        "measured": stamp,
     }
+    result = merged(
+        json.loads(args.out.read_text()) if args.engines and args.out.exists() else {},
+        engines,
+        rows,
+        setup,
+        ppl.get("dynamic"),
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, e in engines.items():

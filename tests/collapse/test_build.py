@@ -119,3 +119,37 @@ def test_a_dynamic_cut_changes_the_model_only_inside_its_body(
     cut = fresh.evaluate(b.applied(art))
     assert cut.dense_ppl == pytest.approx(Evaluator(b.model, b.eval_windows[:2]).dense())
     assert cut.kl > 0
+
+
+def test_dynamic_card_lists_every_share_tried(built: dict[str, Any]) -> None:
+    card = built["cards"]["dynamic"]
+    trials = card["level"]["input_trials"]
+    levels = built["builder"].s.input_levels
+    assert [t["kind"] for t in trials] == sorted(
+        (t["kind"] for t in trials), key=list(levels).index
+    )
+    for t in trials:
+        assert t["share"] in levels[t["kind"]] and isinstance(t["validation"], float)
+    for kind in levels:
+        share = card["level"][f"{kind}_share"]
+        if share > 0:  # the chosen share was confirmed on the evaluation corpus
+            chosen = [t for t in trials if t["kind"] == kind and t["share"] == share]
+            assert chosen and chosen[-1]["evaluation"] <= card["budget_ppl_delta"]
+
+
+def test_distillation_trains_the_weights_reading_one_input(built: dict[str, Any]) -> None:
+    from zerolayer.artifacts import Dynamic
+    from zerolayer.collapse.ablate import Evaluator
+    from zerolayer.collapse.strategies.dynamic import _distil, _weights_of
+
+    b = built["builder"]
+    dense_q = b.model.model.layers[1].self_attn.q_proj.weight.clone()
+    trial = Dynamic(mlp={0: 0.05}, qkv={1: 0.3})  # layer 1's q/k/v input thresholded
+    distilled = _distil(b, trial, "qkv")
+    assert set(distilled.weights) == {(1, "q_proj"), (1, "k_proj"), (1, "v_proj")}
+    assert not distilled.down  # down_proj's weights are distilled with the MLP thresholds
+    assert _weights_of(distilled) == {"qkv": "distilled"}
+    assert _weights_of(trial) == {"qkv": "dense"}
+    on_train = Evaluator(b.model, b.calib_windows)
+    assert on_train.evaluate(b.applied(distilled)).kl < on_train.evaluate(b.applied(trial)).kl
+    assert torch.equal(b.model.model.layers[1].self_attn.q_proj.weight, dense_q)  # teacher kept

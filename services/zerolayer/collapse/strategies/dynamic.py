@@ -71,7 +71,9 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
     thresholds = dynamic_thresholds(smap, {i: s for i, s in choice.shares.items() if s > 0})
     if not distilled:
         down = {}  # the dense weights: nothing to store
-    art, shares, quality, weights = _input_thresholds(b, Dynamic(thresholds, {}, down), quality)
+    art, shares, quality, weights, trials = _input_thresholds(
+        b, Dynamic(thresholds, {}, down), quality
+    )
     folder = save_dynamic(b.out / "dynamic", art)
     val_after = b.validator.evaluate(b.applied(art)).ppl_delta
     sparsity = measured_sparsity(b, art)
@@ -80,6 +82,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
     }
     level.update({f"{kind}_share": share for kind, share in shares.items()})
     level.update({f"{kind}_weights": how for kind, how in weights.items()})
+    level["input_trials"] = trials
     extra = {
         "level": level,
         "activation_sparsity": round(sparsity.pop("mlp"), 5),
@@ -104,7 +107,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
 
 def _input_thresholds(
     b, art: Dynamic, quality: dict[str, float]
-) -> tuple[Dynamic, dict[str, float], dict[str, float], dict[str, str]]:
+) -> tuple[Dynamic, dict[str, float], dict[str, float], dict[str, str], list[dict[str, Any]]]:
     """Thresholds on the inputs of o_proj, gate/up and q/k/v, kind by kind (`input_levels`):
     the largest share, the same in every layer, that keeps the whole cut within budget on
     the validation windows and then on the evaluation corpus; each kind's thresholds are
@@ -112,32 +115,50 @@ def _input_thresholds(
     cut misses the budget on the validation windows by no more than the distillation
     headroom has the weights reading that input distilled (KL against dense, the whole cut
     in place) and is tried again (`DISTILLATIONS` per kind at most). Returns the artifact,
-    the share per kind (0 where none fits), the quality of the whole cut and, per kind with
-    a share, its weights ("dense" or "distilled").
+    the share per kind (0 where none fits), the quality of the whole cut, per kind with
+    a share its weights ("dense" or "distilled"), and every share tried with its perplexity
+    change on the validation windows (before and after distillation, where distilled) and on
+    the evaluation corpus (where it got that far): the card's `level.input_trials`.
     Latency mode skips the weight rows of every input these thresholds zero."""
     budget = b.s.budget("dynamic")
     headroom = b.s.distill_headroom.get("dynamic", 1.0) if b.s.distill_epochs else 1.0
     shares: dict[str, float] = {}
-    weights: dict[str, str] = {}
+    trials: list[dict[str, Any]] = []
     for kind, levels in b.s.input_levels.items():
         shares[kind] = 0.0
         tries = DISTILLATIONS if kind in DISTILLED_INPUTS and b.s.distill_epochs > 0 else 0
         quantiles = _input_quantiles(b, art, kind, sorted(levels, reverse=True))
         for share, th in quantiles.items():
-            trial, how = replace(art, **{kind: th}), "dense"
+            trial = replace(art, **{kind: th})
             val = b.validator.evaluate(b.applied(trial)).ppl_delta
+            tried: dict[str, Any] = {"kind": kind, "share": share, "validation": round(val, 5)}
+            trials.append(tried)
             if budget < val <= budget * headroom and tries > 0:
-                tries, how = tries - 1, "distilled"
+                tries -= 1
                 trial = _distil(b, trial, kind)
                 val = b.validator.evaluate(b.applied(trial)).ppl_delta
+                tried["validation_distilled"] = round(val, 5)
             if val > budget:
                 continue
             desc = f"dynamic + {kind} on eval"
             q = b.evaluator.evaluate(b.applied(trial), desc=desc).as_dict()
+            tried["evaluation"] = q["ppl_delta"]
             if q["ppl_delta"] <= budget:
-                art, shares[kind], quality, weights[kind] = trial, share, q, how
+                art, shares[kind], quality = trial, share, q
                 break
-    return art, shares, quality, weights
+    return art, shares, quality, _weights_of(art), trials
+
+
+def _weights_of(art: Dynamic) -> dict[str, str]:
+    """Per thresholded input kind other than the MLP's: "distilled" where the artifact carries
+    trained weights for the projections reading it, else "dense"."""
+    return {
+        kind: "distilled"
+        if any((i, name) in art.weights for i in th for name in PROJECTIONS_OF[kind])
+        else "dense"
+        for kind, th in art.inputs().items()
+        if kind != "mlp" and th
+    }
 
 
 # the inputs whose projections are distilled with their thresholds in place (down_proj's, the
