@@ -242,11 +242,10 @@ def draw(result: dict[str, Any], path: Path) -> Path:
         colors = ["#4c72b0" if n.startswith("vllm") else "#dd8452" for n in names]
         bars = ax.bar(range(len(names)), vals, color=colors)
         for b, n in zip(bars, names, strict=True):
-            if engines[n].get("measured") != result["setup"].get("measured"):
+            e = engines[n]
+            if e.get("measured") != result["setup"].get("measured"):
                 b.set_hatch("//")  # from an earlier run
                 b.set_alpha(0.45)
-        for b, n in zip(bars, names, strict=True):
-            e = engines[n]
             ax.annotate(
                 f"x{e[ratio]:.2f}\nppl {e['ppl_delta']:+.1%}",
                 (b.get_x() + b.get_width() / 2, b.get_height()),

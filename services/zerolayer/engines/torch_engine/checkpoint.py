@@ -106,7 +106,7 @@ def read_tier(
     elif artifact == "dynamic":
         art = read_dynamic(folder)
         for i, w in art.down.items():
-            state[f"model.layers.{i}.mlp.down_proj.weight"] = w
+            state[_weight_key(i, "down_proj")] = w
         for (i, p), w in art.weights.items():
             state[_weight_key(i, p)] = w
         thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
