@@ -6,7 +6,8 @@ Every engine runs in its own worker process (started once, so its peak memory is
 parent drives them in rounds, one engine at a time, interleaved: round r measures every engine
 before round r+1 starts, in an order of its own (seeded shuffle), each run after --settle idle
 seconds (a vLLM engine keeps its threads spinning for a while after a run). One warm-up round, then
---repeats measured rounds; ratios are medians of the per-round ratios. Writes
+--repeats measured rounds; ratios are medians of the per-round ratios. A round's single-stream
+figure is the median of --one-stream-requests requests in a row. Writes
 benchmarks/results/tiers.json.
 
   .venv/bin/python benchmarks/tiers.py [--repeats 3] [--artifacts DIR] [--engines NAME,...]
@@ -119,20 +120,30 @@ async def _serve(engine: Any, prompts: Any) -> None:
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if not line or line.strip() == "quit":
             break
-        streams = int(json.loads(line)["streams"])
+        ask = json.loads(line)
+        streams = int(ask["streams"])
         chats = [prompts.chat(messages(i % len(TOPICS))) for i in range(streams)]
-        t0 = time.perf_counter()
-        runs = await asyncio.gather(*(_one(engine, ids) for ids in chats))
-        wall = time.perf_counter() - t0
-        tokens = sum(r[0] for r in runs)
-        reply = {
-            "tokens": tokens,
-            "tps": tokens / wall,
-            "ttft_s": statistics.median(r[2] for r in runs),
-            # one stream: the decode rate after the first token
-            "decode_tps": (runs[0][0] - 1) / runs[0][3] if streams == 1 else tokens / wall,
-            "peak_mem_bytes": peak_rss(os.getpid()),
-        }
+        if streams == 1:
+            # one stream: the decode rate after the first token, the median of `requests`
+            # requests one after another (one request is about a second: a burst of load on
+            # the machine would otherwise decide the round)
+            runs = [await _one(engine, chats[0]) for _ in range(int(ask.get("requests", 1)))]
+            reply = {
+                "tokens": sum(r[0] for r in runs),
+                "ttft_s": statistics.median(r[2] for r in runs),
+                "decode_tps": statistics.median((r[0] - 1) / r[3] for r in runs),
+            }
+        else:
+            t0 = time.perf_counter()
+            runs = await asyncio.gather(*(_one(engine, ids) for ids in chats))
+            wall = time.perf_counter() - t0
+            tokens = sum(r[0] for r in runs)
+            reply = {
+                "tokens": tokens,
+                "tps": tokens / wall,
+                "ttft_s": statistics.median(r[2] for r in runs),
+            }
+        reply["peak_mem_bytes"] = peak_rss(os.getpid())
         _reply(reply)
     await engine.shutdown()
 
@@ -190,9 +201,9 @@ class Worker:
             if at >= 0:  # child processes may write to the same stdout, even on this line
                 return json.JSONDecoder().raw_decode(line[at + len(TAG) :])[0]
 
-    def run(self, streams: int) -> dict[str, Any]:
+    def run(self, streams: int, requests: int = 1) -> dict[str, Any]:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"streams": streams}) + "\n")
+        self.proc.stdin.write(json.dumps({"streams": streams, "requests": requests}) + "\n")
         self.proc.stdin.flush()
         return self._read()
 
@@ -317,6 +328,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="measured rounds after one warm-up")
     ap.add_argument("--artifacts", type=Path, default=None, help="a model's artifact folder")
     ap.add_argument("--settle", type=float, default=5.0, help="idle seconds before each run")
+    ap.add_argument(
+        "--one-stream-requests",
+        type=int,
+        default=3,
+        help="single-stream requests per engine and round (their median decode rate counts)",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument(
@@ -364,7 +381,7 @@ def main() -> None:
             random.Random(rnd).shuffle(order)
             for w in order:
                 time.sleep(args.settle)
-                one = w.run(1)
+                one = w.run(1, args.one_stream_requests)
                 time.sleep(args.settle)
                 many = w.run(STREAMS)
                 row[w.name] = {
@@ -407,6 +424,7 @@ def main() -> None:
     command = "python benchmarks/tiers.py" + (f" --engines {args.engines}" if args.engines else "")
     setup = {
         "streams": STREAMS,
+        "one_stream_requests": args.one_stream_requests,
         "max_tokens": MAX_TOKENS,
         "repeats": args.repeats,
         "cpus": os.cpu_count(),

@@ -33,7 +33,7 @@ TINY_COLLAPSE: dict[str, Any] = {
     "search_tries": 2,
     "static_levels": [0.3],
     "dynamic_levels": [0.7],
-    "input_levels": {"attn": [0.5], "gate_up": [0.2], "qkv": [0.2]},
+    "input_levels": {"attn": [0.5], "gate_up": [0.2], "qkv": [0.2], "head": [0.2]},
 }
 
 

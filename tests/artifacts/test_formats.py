@@ -66,16 +66,19 @@ def test_dynamic_round_trip_keeps_every_kind(tmp_path: Path) -> None:
         down={0: torch.ones(2, 3)},
         qkv={2: 0.75},
         gate_up={4: 1.5},
+        head={0: 0.0625},
     )
     save_dynamic(tmp_path, art)
     back = read_dynamic(tmp_path)
-    assert back.inputs() == art.inputs()
+    assert back.inputs() == art.inputs() and back.head == {0: 0.0625}
     assert torch.equal(back.down[0], art.down[0])
     body = json.loads((tmp_path / "thresholds.json").read_text())
     assert body["format_version"] == FORMAT_VERSION
-    del body["format_version"], body["qkv_thresholds"]  # as an older artifact wrote it
+    # as older artifacts wrote it: no version, no q/k/v thresholds, no output layer's
+    del body["format_version"], body["qkv_thresholds"], body["head_thresholds"]
     (tmp_path / "thresholds.json").write_text(json.dumps(body))
-    assert read_dynamic(tmp_path).qkv == {}
+    old = read_dynamic(tmp_path)
+    assert old.qkv == {} and old.head == {} and old.gate_up == art.gate_up
 
 
 def test_sparse24_round_trip_is_exact(tmp_path: Path) -> None:

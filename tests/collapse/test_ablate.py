@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from zerolayer.collapse.ablate import Evaluator, activation_threshold, channel_mask
 from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_masks, protected
 from zerolayer.collapse.silence_map import SilenceMap
@@ -69,3 +70,27 @@ def test_dynamic_thresholds_skip_about_their_share(
     with torch.no_grad(), activation_threshold(dense, thresholds), capture_inputs(dense, count):
         dense(torch.tensor([calib_windows[0]]), use_cache=False)
     assert 0.3 < zeros[0] / total[0] < 0.5
+
+
+def test_the_output_layers_input_is_thresholded_and_captured(
+    dense: Any, calib_windows: list[list[int]]
+) -> None:
+    from zerolayer.collapse.calibrate import capture_inputs
+
+    seen: dict[tuple[int, str], torch.Tensor] = {}
+
+    def grab(i: int, kind: str, x: torch.Tensor) -> None:
+        seen[(i, kind)] = x
+
+    x = torch.tensor([calib_windows[0][:64]])
+    with torch.no_grad(), capture_inputs(dense, grab, ["head"]):
+        logits = dense(x, use_cache=False).logits
+    assert list(seen) == [(0, "head")]  # one output layer, as layer 0
+    h = seen[(0, "head")]
+    t = float(h.abs().flatten().quantile(0.3))
+    with torch.no_grad(), activation_threshold(dense, {0: t}, "head"):
+        with capture_inputs(dense, grab, ["head"]):
+            cut = dense(x, use_cache=False).logits
+    assert 0.25 < float((seen[(0, "head")] == 0).float().mean()) < 0.35
+    expected = F.linear(F.hardshrink(h, t), dense.lm_head.weight)
+    assert torch.allclose(cut, expected, atol=1e-4) and not torch.allclose(cut, logits, atol=1e-2)

@@ -5,6 +5,7 @@ CPU offload, and 2:4 weights that keep their pattern after load."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,52 @@ def test_dynamic_thresholds_match_the_hooked_model(
     assert 0.1 < stats["latency_active_share"] < 0.8
 
 
+def test_the_output_layers_threshold_matches_the_hooked_model(
+    model_dir: Path, dense: Any, chats: Any, tmp_path: Path
+) -> None:
+    """A threshold on the output layer's input (format 3): 30% of it zeroed, the rest of the
+    model dense (with every layer thresholded too, a rounding difference at a threshold can
+    change a later token, so each input kind is checked on its own against the hooked model)."""
+    seen: list[torch.Tensor] = []
+    hook = dense.lm_head.register_forward_pre_hook(lambda _m, a: seen.append(a[0].detach()))
+    with torch.no_grad():
+        dense(torch.tensor([chats[0] + chats[1]]), use_cache=False)
+    hook.remove()
+    head = {0: float(seen[0].abs().flatten().quantile(0.3))}
+    save_dynamic(tmp_path, Dynamic(mlp={}, head=head))
+    model, loaded = load_dynamic(model_dir, tmp_path)
+    assert loaded.head == head
+    with dynamic_cut(model, loaded):
+        expected = [greedy(model, ids, stop_at_eos=True) for ids in chats]
+    assert expected != [greedy(dense, ids, stop_at_eos=True) for ids in chats]
+    engine = TorchEngine(
+        str(model_dir), artifact="dynamic", artifact_dir=str(tmp_path), max_model_len=512
+    )
+
+    async def go() -> tuple[list[list[int]], list[list[int]], dict[str, Any]]:
+        await engine.start()
+        try:
+            alone = [(await _collect(engine, s))[0] for s in _greedy_specs(chats)]
+            stats = await engine.stats()
+            together = [
+                r[0]
+                for r in await asyncio.gather(*(_collect(engine, s) for s in _greedy_specs(chats)))
+            ]
+            return alone, together, stats
+        finally:
+            await engine.shutdown()
+
+    k = kernels.load()
+    before = (k.active, k.total) if k is not None else (0, 0)
+    alone, together, stats = asyncio.run(go())
+    assert alone == expected and together == expected  # the kernel, and batches' torch ops
+    assert stats["thresholds"] == 1
+    if k is not None:  # 30% zeroed: about 70% of the output layer's rows read (the counters
+        # are the process's, so only this engine's steps count here)
+        share = (k.active - before[0]) / (k.total - before[1])
+        assert 0.6 < share < 0.8, share
+
+
 @pytest.fixture(scope="module")
 def kernel() -> kernels.SparseInputKernel:
     """The compiled kernels; their tests skip where no C compiler can build them."""
@@ -323,6 +370,49 @@ def test_a_failing_model_errors_every_request_instead_of_hanging(
             await engine.shutdown()
 
     asyncio.run(go())
+
+
+def test_the_model_loads_and_steps_on_one_thread_and_a_failed_load_raises(
+    model_dir: Path, chats: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every torch op of an engine runs on its worker thread (one OpenMP thread pool: a second
+    one makes each parallel region wait for a sleeping thread on a machine this small)."""
+    from zerolayer.engines.torch_engine import engine as engine_module
+
+    loads: list[int] = []
+    decodes: set[int] = set()
+    real_load = engine_module.load_llama
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        loads.append(threading.get_ident())
+        model = real_load(*args, **kwargs)
+        real_decode = model.decode
+
+        def decode(*a: Any) -> Any:
+            decodes.add(threading.get_ident())
+            return real_decode(*a)
+
+        model.decode = decode
+        return model
+
+    monkeypatch.setattr(engine_module, "load_llama", load)
+
+    async def go() -> None:
+        engine = TorchEngine(str(model_dir), max_model_len=512)
+        await engine.start()
+        try:
+            await _collect(engine, _greedy_specs(chats, 4)[0])
+        finally:
+            await engine.shutdown()
+        broken = TorchEngine(str(model_dir / "missing"), max_model_len=512)
+        with pytest.raises(OSError):
+            await asyncio.wait_for(broken.start(), timeout=60)
+        with pytest.raises(RuntimeError, match="not started"):
+            await _collect(broken, _greedy_specs(chats, 4)[0])
+
+    asyncio.run(go())
+    assert len(loads) == 2  # the working engine's load and the broken one's
+    assert decodes == {loads[0]} and threading.get_ident() not in loads
 
 
 def test_the_compiled_decode_step_matches_the_torch_ops(

@@ -1,8 +1,9 @@
 """dynamic artifacts: per-token thresholds on projection inputs.
 
 thresholds.json holds, per layer, the |x| threshold on the input of down_proj ("thresholds"),
-o_proj ("attn_thresholds"), q/k/v ("qkv_thresholds") and gate/up ("gate_up_thresholds"); entries
-with |x| <= threshold count as zero. down_proj.safetensors holds the down_proj weights distilled
+o_proj ("attn_thresholds"), q/k/v ("qkv_thresholds") and gate/up ("gate_up_thresholds"), and
+since format 3 the one on the output layer's input ("head_thresholds", keyed "0"); entries with
+|x| <= threshold count as zero. down_proj.safetensors holds the down_proj weights distilled
 with the thresholds in place (none: the dense weights). Since format 2, inputs.safetensors holds
 the q/k/v and gate/up weights distilled with their inputs' thresholds in place
 ("layers.<i>.<projection>"; absent, as in format 1 artifacts: the dense weights).
@@ -27,7 +28,8 @@ __all__ = ["Dynamic", "save_dynamic", "read_dynamic"]
 @dataclass
 class Dynamic:
     """A dynamic (per-token threshold) artifact: per layer, the |a| threshold on the input of
-    down_proj (`mlp`), o_proj (`attn`), q/k/v (`qkv`) and gate/up (`gate_up`), the down_proj
+    down_proj (`mlp`), o_proj (`attn`), q/k/v (`qkv`) and gate/up (`gate_up`), the one on the
+    output layer's input (`head`, keyed by 0; none: the dense output layer), the down_proj
     weights distilled with the MLP thresholds in place (`down`; none: the dense weights), and
     other projections' weights distilled with their inputs' thresholds in place (`weights`,
     keyed by (layer, projection name); none: the dense weights)."""
@@ -38,14 +40,26 @@ class Dynamic:
     qkv: dict[int, float] = field(default_factory=dict)
     gate_up: dict[int, float] = field(default_factory=dict)
     weights: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    head: dict[int, float] = field(default_factory=dict)
 
     def inputs(self) -> dict[str, dict[int, float]]:
         """The thresholds per projection input kind (names.INPUT_KINDS)."""
-        return {"mlp": self.mlp, "attn": self.attn, "qkv": self.qkv, "gate_up": self.gate_up}
+        return {
+            "mlp": self.mlp,
+            "attn": self.attn,
+            "qkv": self.qkv,
+            "gate_up": self.gate_up,
+            "head": self.head,
+        }
 
 
 # thresholds.json keys of the inputs other than down_proj's ("thresholds", the first kind)
-_KEYS = {"attn": "attn_thresholds", "qkv": "qkv_thresholds", "gate_up": "gate_up_thresholds"}
+_KEYS = {
+    "attn": "attn_thresholds",
+    "qkv": "qkv_thresholds",
+    "gate_up": "gate_up_thresholds",
+    "head": "head_thresholds",
+}
 # the distilled q/k/v and gate/up weights (format 2 on)
 _INPUT_WEIGHTS = "inputs.safetensors"
 
@@ -106,4 +120,5 @@ def read_dynamic(folder: Path) -> Dynamic:
         read("qkv_thresholds"),
         read("gate_up_thresholds"),
         weights,
+        read("head_thresholds"),
     )

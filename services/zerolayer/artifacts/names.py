@@ -17,7 +17,9 @@ __all__ = [
 
 # Bumped when a reader of this version could misread an artifact written by the next one.
 # Artifacts written before versions were recorded read as version 1.
-FORMAT_VERSION = 2  # 2: dynamic artifacts may carry distilled q/k/v and gate/up weights
+# 2: dynamic artifacts may carry distilled q/k/v and gate/up weights; 3: and a threshold on the
+# output layer's input
+FORMAT_VERSION = 3
 
 # What a tier serves: the dense model, or one of the compiler's artifacts.
 ARTIFACTS = ("dense", "masked", "pruned", "dynamic", "sparse24")
@@ -44,5 +46,6 @@ MLP_PROJ = ("gate_proj", "up_proj", "down_proj")
 ATTN_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 # The projection inputs a dynamic artifact thresholds: mlp (down_proj's input, the MLP
-# intermediate), attn (o_proj's, the attention output), qkv (q/k/v's) and gate_up (gate/up's).
-INPUT_KINDS = ("mlp", "attn", "qkv", "gate_up")
+# intermediate), attn (o_proj's, the attention output), qkv (q/k/v's), gate_up (gate/up's) and
+# head (the output layer's: the final normalised hidden state; one threshold, keyed by layer 0).
+INPUT_KINDS = ("mlp", "attn", "qkv", "gate_up", "head")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from zerolayer.collapse.model import decoder_layers, projection, projections, removing
+from zerolayer.collapse.model import decoder_layers, input_modules, projection, removing
 from zerolayer.collapse.progress import bar
 
 __all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold"]
@@ -88,14 +88,17 @@ def activation_threshold(
     """Input-dependent masking: per token, zero the entries with |a| at or under the layer's
     threshold."""
     handles = []
-    layers = decoder_layers(model)
-    for i, t in thresholds.items():
+    for i, _, modules in input_modules(model, [kind]):
+        if i not in thresholds:
+            continue
 
-        def pre(_m: Any, args: tuple[torch.Tensor, ...], t: float = t) -> tuple[torch.Tensor]:
+        def pre(
+            _m: Any, args: tuple[torch.Tensor, ...], t: float = thresholds[i]
+        ) -> tuple[torch.Tensor]:
             x = args[0]
             return (F.hardshrink(x, t),)  # zero where |x| <= t
 
-        handles += [m.register_forward_pre_hook(pre) for m in projections(layers[i], kind)]
+        handles += [m.register_forward_pre_hook(pre) for m in modules]
     with removing(handles):
         yield
 

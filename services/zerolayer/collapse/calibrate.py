@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from zerolayer.collapse.model import decoder_layers, projection, projections, removing
+from zerolayer.collapse.model import decoder_layers, input_modules, projection, removing
 from zerolayer.collapse.progress import bar
 from zerolayer.collapse.silence_map import BIN_EDGES, KINDS, KindStats, SilenceMap
 
@@ -52,16 +52,15 @@ def capture_inputs(
     model: Any, fn: Callable[[int, str, torch.Tensor], None], kinds: Iterable[str] = KINDS
 ) -> Iterator[None]:
     """Call fn(layer, kind, input) for the input of every layer's projections of these kinds
-    (collapse.model.projections) during forwards. Hooks installed after a cut's see its
-    thresholded inputs."""
+    (collapse.model.input_modules; "head": the output layer's, as layer 0) during forwards.
+    Hooks installed after a cut's see its thresholded inputs."""
     handles = []
-    for i, layer in enumerate(decoder_layers(model)):
-        for kind in kinds:
+    for i, kind, modules in input_modules(model, kinds):
 
-            def hook(_m: Any, args: tuple[torch.Tensor, ...], i: int = i, kind: str = kind) -> None:
-                fn(i, kind, args[0].detach())
+        def hook(_m: Any, args: tuple[torch.Tensor, ...], i: int = i, kind: str = kind) -> None:
+            fn(i, kind, args[0].detach())
 
-            handles.append(projections(layer, kind)[0].register_forward_pre_hook(hook))
+        handles.append(modules[0].register_forward_pre_hook(hook))
     with removing(handles):
         yield
 

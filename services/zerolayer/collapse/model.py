@@ -17,18 +17,22 @@ __all__ = [
     "decoder_layers",
     "projection",
     "projections",
+    "input_modules",
     "linear",
     "PROJECTIONS_OF",
+    "HEAD",
     "removing",
 ]
 
-# the projections that read each input kind, by name
+# the projections of a decoder layer that read each input kind, by name (the output layer, which
+# reads the "head" input, is the model's own)
 PROJECTIONS_OF = {
     "mlp": ("down_proj",),
     "attn": ("o_proj",),
     "qkv": ("q_proj", "k_proj", "v_proj"),
     "gate_up": ("gate_proj", "up_proj"),
 }
+HEAD = "head"
 
 
 def load_model(model_dir: str | Path) -> Any:
@@ -56,6 +60,20 @@ def projections(layer: Any, kind: str) -> list[torch.nn.Linear]:
     if kind not in PROJECTIONS_OF:
         raise ValueError(f"unknown projection input {kind!r}")
     return [linear(layer, name) for name in PROJECTIONS_OF[kind]]
+
+
+def input_modules(model: Any, kinds: Any) -> list[tuple[int, str, list[torch.nn.Linear]]]:
+    """(layer, kind, the modules reading that input) for each of these input kinds, every
+    decoder layer for the projections' kinds, and layer 0 for "head" (the output layer reads
+    the final normalised hidden state)."""
+    out: list[tuple[int, str, list[torch.nn.Linear]]] = []
+    for kind in kinds:
+        if kind == HEAD:
+            out.append((0, kind, [model.lm_head]))
+        else:
+            layers = enumerate(decoder_layers(model))
+            out += [(i, kind, projections(layer, kind)) for i, layer in layers]
+    return out
 
 
 def linear(layer: Any, name: str) -> torch.nn.Linear:

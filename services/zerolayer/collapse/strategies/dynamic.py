@@ -1,9 +1,9 @@
 """The dynamic tier: per-token thresholds on projection inputs. First the MLP intermediate
 (down_proj's input), with per-layer shares allocated across layers and down_proj distilled with
-the thresholds in place; then o_proj's, gate/up's and q/k/v's inputs, kind by kind, at the
-largest share (the same in every layer) that keeps the whole cut within budget, gate/up's and
-q/k/v's weights distilled with their thresholds in place where that lets a larger share fit.
-Latency mode skips the weight rows of every input these thresholds zero."""
+the thresholds in place; then o_proj's, gate/up's, q/k/v's and the output layer's inputs, kind
+by kind, at the largest share (the same in every layer) that keeps the whole cut within budget,
+gate/up's and q/k/v's weights distilled with their thresholds in place where that lets a larger
+share fit. Latency mode skips the weight rows of every input these thresholds zero."""
 
 from __future__ import annotations
 
@@ -96,9 +96,9 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
         "dynamic",
         "input-dependent masking of the MLP intermediate (per-layer |a| thresholds "
         "allocated across layers, down_proj distilled with the thresholds in place), then "
-        "of the attention output, gate/up's and q/k/v's inputs (one share per kind in every "
-        "layer, within what the budget leaves; gate/up's and q/k/v's weights distilled with "
-        "their thresholds in place where that lets a larger share fit)",
+        "of the attention output, gate/up's, q/k/v's and the output layer's inputs (one share "
+        "per kind in every layer, within what the budget leaves; gate/up's and q/k/v's weights "
+        "distilled with their thresholds in place where that lets a larger share fit)",
         quality,
         extra,
         folder,
@@ -108,7 +108,8 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
 def _input_thresholds(
     b, art: Dynamic, quality: dict[str, float]
 ) -> tuple[Dynamic, dict[str, float], dict[str, float], dict[str, str], list[dict[str, Any]]]:
-    """Thresholds on the inputs of o_proj, gate/up and q/k/v, kind by kind (`input_levels`):
+    """Thresholds on the inputs of o_proj, gate/up, q/k/v and the output layer ("head"), kind
+    by kind (`input_levels`):
     the largest share, the same in every layer, that keeps the whole cut within budget on
     the validation windows and then on the evaluation corpus; each kind's thresholds are
     measured with the ones chosen before it in place. For gate/up and q/k/v, a share whose
@@ -154,7 +155,7 @@ def _weights_of(art: Dynamic) -> dict[str, str]:
     trained weights for the projections reading it, else "dense"."""
     return {
         kind: "distilled"
-        if any((i, name) in art.weights for i in th for name in PROJECTIONS_OF[kind])
+        if any((i, name) in art.weights for i in th for name in PROJECTIONS_OF.get(kind, ()))
         else "dense"
         for kind, th in art.inputs().items()
         if kind != "mlp" and th
@@ -197,12 +198,12 @@ def _input_quantiles(
     calibration text with the artifact in place (20,000 values sampled per window and layer,
     16 windows)."""
     gen = torch.Generator().manual_seed(b.s.seed)
-    seen: dict[int, list[torch.Tensor]] = {i: [] for i in range(b.layers)}
+    seen: dict[int, list[torch.Tensor]] = {}  # per layer (only 0 for the output layer's)
 
     def sample(i: int, _kind: str, x: torch.Tensor) -> None:
         x = x.abs().flatten()
         pick = torch.randint(x.numel(), (min(20_000, x.numel()),), generator=gen)
-        seen[i].append(x[pick])
+        seen.setdefault(i, []).append(x[pick])
 
     with b.applied(art), capture_inputs(b.model, sample, [kind]):
         for ids in b.calib_windows[:16]:
@@ -215,7 +216,7 @@ def _input_quantiles(
 
 @torch.no_grad()
 def measured_sparsity(b: Builder, art: Dynamic) -> dict[str, float]:
-    """Per kind (mlp, attn, qkv, gate_up), the share of its input that is zero on evaluation
+    """Per kind (mlp, attn, qkv, gate_up, head), the share of its input that is zero on evaluation
     text after the thresholds (0 for a kind without any); one pass counts all."""
     cut = art.inputs()
     zeros, total = {k: 0 for k in cut}, {k: 0 for k in cut}

@@ -110,9 +110,36 @@ class TorchEngine:
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        await asyncio.to_thread(self._load)
-        self._thread = threading.Thread(target=self._run, name="torch-engine", daemon=True)
-        self._thread.start()
+        """Load the model and start the worker loop, both on the worker thread: every OpenMP
+        parallel region of this engine (the load's torch ops, the steps) then comes from one
+        thread and one OpenMP thread pool. A second pool (a load on another thread leaves one
+        behind) makes GNU OpenMP count more threads than cores and stop spinning between
+        regions: each of the ~150 regions of a decode step then waits for a sleeping thread,
+        measured at 22 us a region instead of 5-7 (benchmarks/latency_step.py --threads)."""
+        loop = asyncio.get_running_loop()
+        loaded: asyncio.Future[None] = loop.create_future()
+
+        def settle(exc: BaseException | None) -> None:
+            if loaded.done():  # a cancelled start() leaves nobody waiting
+                return
+            if exc is None:
+                loaded.set_result(None)
+            else:
+                loaded.set_exception(exc)
+
+        def main() -> None:
+            try:
+                self._load()
+            except BaseException as exc:  # reported to start()'s caller
+                loop.call_soon_threadsafe(settle, exc)
+                return
+            loop.call_soon_threadsafe(settle, None)
+            self._run()
+
+        thread = threading.Thread(target=main, name="torch-engine", daemon=True)
+        thread.start()
+        await loaded
+        self._thread = thread
 
     def _load(self) -> None:
         from transformers import AutoTokenizer

@@ -4,9 +4,10 @@ It serves a Hugging Face Llama checkpoint (SmolLM2 and kin), or one with per-lay
 (pruned tier checkpoints), with a tier artifact applied at load (checkpoint.py):
   masked    the kept MLP channels only (gate/up rows and down columns of removed ones are dropped,
             so the computed function and cost equal the pruned checkpoint's)
-  dynamic   per-token thresholds on the inputs of down_proj, o_proj, q/k/v and gate/up, with the
-            distilled down_proj weights; a single stream's decode step (latency mode) runs
-            compiled and reads only the weight rows of the inputs that pass (kernels.py)
+  dynamic   per-token thresholds on the inputs of down_proj, o_proj, q/k/v, gate/up and the
+            output layer, with the distilled weights; a single stream's decode step (latency
+            mode) runs compiled and reads only the weight rows of the inputs that pass
+            (kernels.py)
   sparse24  2:4 weights; on an NVIDIA GPU with compute capability >= 8.0 they also run on the
             sparse tensor cores for steps of at least `sparse_min_tokens` tokens
 Layers beyond a device memory budget stay in host memory (pinned when CUDA is there) and are
@@ -81,7 +82,7 @@ class LlamaModel:
 
     `thresholds` maps (layer, input) to latency mode's |x| threshold on that projection input,
     by the input kinds of zerolayer.artifacts (INPUT_KINDS): mlp (down_proj's), attn (o_proj's),
-    qkv and gate_up."""
+    qkv, gate_up, and head (the output layer's, layer 0)."""
 
     def __init__(
         self,
@@ -129,6 +130,16 @@ class LlamaModel:
         self.norm = dev(state[p + "norm.weight"])
         head = state.get("lm_head.weight")
         self.lm_head = self.embed if shape.tied or head is None else dev(head)
+        # latency mode on the output layer's input: its single-token product reads only the rows
+        # of the inputs that pass, so the layer is kept input-major (a tied embedding becomes a
+        # view of the same tensor: its rows are gathered, no second copy)
+        self.head_threshold = thresholds.get((0, "head"))
+        self.head_t: torch.Tensor | None = None
+        if self.head_threshold is not None and self.kernel is not None:
+            self.head_t = self.lm_head.t().contiguous()
+            if self.lm_head is self.embed:
+                self.embed = self.head_t.t()
+            self.lm_head = self.head_t.t()
         host_layers = []
         for i in range(shape.layers):
             q = f"{p}layers.{i}."
@@ -157,7 +168,8 @@ class LlamaModel:
                 )
             )
         self.report.thresholds = len(thresholds)
-        fixed = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
+        tied = self.lm_head.data_ptr() == self.embed.data_ptr()  # one tensor, or views of one
+        fixed = [self.embed, self.norm] + ([] if tied else [self.lm_head])
         used = sum(t.numel() * t.element_size() for t in fixed)
         self.store = LayerStore(host_layers, self.device, used, device_budget_bytes, offload_layers)
         self.layers = self.store.layers
@@ -275,7 +287,7 @@ class LlamaModel:
             )
             x = x + layer.o(a[0].transpose(0, 1).reshape(t, self.q_size))
             x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps))
-        return F.linear(_rms(x[-1:], self.norm, s.eps), self.lm_head)[0]
+        return self._logits(x[-1:])[0]
 
     @torch.inference_mode()
     def decode(self, tokens: list[int], positions: list[int], cache: SlotCache) -> torch.Tensor:
@@ -308,7 +320,7 @@ class LlamaModel:
             )
             x = x + layer.o(a.reshape(n, self.q_size))
             x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps))
-        return F.linear(_rms(x, self.norm, s.eps), self.lm_head)
+        return self._logits(x)
 
     def _decode_one(self, token: int, pos: int, cache: SlotCache) -> torch.Tensor:
         """decode() for one sequence (slot 0) as one compiled call through every layer."""
@@ -317,10 +329,23 @@ class LlamaModel:
         assert kernel is not None  # _layers_c exists only with the kernel
         for c, k, v in zip(arr, cache.k, cache.v, strict=True):  # the cache may have grown
             c.k, c.v = k.data_ptr(), v.data_ptr()
-        x = self.embed[token].clone()
+        x = self.embed[token].clone(memory_format=torch.contiguous_format)
         dims = (s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim)
         kernel.decode_one(arr, dims, cache.capacity, pos, s.eps, self.cos[pos], self.sin[pos], x)
-        return F.linear(_rms(x[None], self.norm, s.eps), self.lm_head)
+        return self._logits(x[None])
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The output layer on the last layer's output x [n, hidden] (its input threshold
+        applied where the tier has one; one token through the kernel, reading only the rows of
+        the inputs that pass); [n, vocab]."""
+        h = _rms(x, self.norm, self.shape.eps)
+        t = self.head_threshold
+        if t is None:
+            return F.linear(h, self.lm_head)
+        if self.head_t is not None and h.shape[0] == 1:
+            assert self.kernel is not None  # head_t exists only with the kernel
+            return self.kernel.run(self.head_t, h.contiguous(), t)
+        return F.linear(F.hardshrink(h, t), self.lm_head)
 
 
 def load_llama(
