@@ -3,7 +3,7 @@ projections whose inputs the compiler measures and cuts."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ def projections(layer: Any, kind: str) -> list[torch.nn.Linear]:
     return [linear(layer, name) for name in PROJECTIONS_OF[kind]]
 
 
-def input_modules(model: Any, kinds: Any) -> list[tuple[int, str, list[torch.nn.Linear]]]:
+def input_modules(model: Any, kinds: Iterable[str]) -> list[tuple[int, str, list[torch.nn.Linear]]]:
     """(layer, kind, the modules reading that input) for each of these input kinds, every
     decoder layer for the projections' kinds, and layer 0 for "head" (the output layer reads
     the final normalised hidden state)."""

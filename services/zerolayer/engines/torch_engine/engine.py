@@ -115,7 +115,7 @@ class TorchEngine:
         thread and one OpenMP thread pool. A second pool (a load on another thread leaves one
         behind) makes GNU OpenMP count more threads than cores and stop spinning between
         regions: each of the ~150 regions of a decode step then waits for a sleeping thread,
-        measured at 22 us a region instead of 5-7 (benchmarks/latency_step.py --threads)."""
+        measured at 24.6 us a region instead of 8.3 (benchmarks/omp_pools.py)."""
         loop = asyncio.get_running_loop()
         loaded: asyncio.Future[None] = loop.create_future()
 

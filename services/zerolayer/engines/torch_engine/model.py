@@ -133,13 +133,16 @@ class LlamaModel:
         # latency mode on the output layer's input: its single-token product reads only the rows
         # of the inputs that pass, so the layer is kept input-major (a tied embedding becomes a
         # view of the same tensor: its rows are gathered, no second copy)
-        self.head_threshold = thresholds.get((0, "head"))
-        self.head_t: torch.Tensor | None = None
-        if self.head_threshold is not None and self.kernel is not None:
-            self.head_t = self.lm_head.t().contiguous()
+        self.head: Proj | None = None  # the output layer as a thresholded projection
+        head_threshold = thresholds.get((0, "head"))
+        if head_threshold is not None and self.kernel is not None:
+            head_t = self.lm_head.t().contiguous()
             if self.lm_head is self.embed:
-                self.embed = self.head_t.t()
-            self.lm_head = self.head_t.t()
+                self.embed = head_t.t()
+            self.lm_head = head_t.t()
+            self.head = Proj(head_t, threshold=head_threshold, kernel=self.kernel)
+        elif head_threshold is not None:
+            self.head = Proj(self.lm_head, threshold=head_threshold)
         host_layers = []
         for i in range(shape.layers):
             q = f"{p}layers.{i}."
@@ -335,17 +338,11 @@ class LlamaModel:
         return self._logits(x[None])
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        """The output layer on the last layer's output x [n, hidden] (its input threshold
-        applied where the tier has one; one token through the kernel, reading only the rows of
-        the inputs that pass); [n, vocab]."""
+        """The output layer on the last layer's output x [n, hidden] (through its Proj where
+        the tier thresholds its input: one token reads only the rows of the inputs that
+        pass); [n, vocab]."""
         h = _rms(x, self.norm, self.shape.eps)
-        t = self.head_threshold
-        if t is None:
-            return F.linear(h, self.lm_head)
-        if self.head_t is not None and h.shape[0] == 1:
-            assert self.kernel is not None  # head_t exists only with the kernel
-            return self.kernel.run(self.head_t, h.contiguous(), t)
-        return F.linear(F.hardshrink(h, t), self.lm_head)
+        return self.head(h) if self.head is not None else F.linear(h, self.lm_head)
 
 
 def load_llama(
