@@ -41,7 +41,7 @@ def main() -> None:
     from zerolayer.collapse.ablate import activation_threshold
     from zerolayer.collapse.build import Builder
     from zerolayer.collapse.commands import build_settings
-    from zerolayer.collapse.corpus import pydoc_corpus
+    from zerolayer.collapse.domains import standard_corpora
     from zerolayer.collapse.model import decoder_layers, projection
     from zerolayer.collapse.reconstruct import obs_keep, repaired
     from zerolayer.collapse.select import dynamic_thresholds, protected
@@ -56,14 +56,8 @@ def main() -> None:
     settings = build_settings(cfg, model, samples=args.samples, eval_samples=args.eval_samples)
     out = args.out or Path(tempfile.mkdtemp(prefix="zerolayer-collapse-"))
     cache = Path(cfg.cache_dir) / "corpora"
-    b = Builder(
-        ensure_model(cfg, model),
-        out,
-        pydoc_corpus("calibration", cache),
-        pydoc_corpus("evaluation", cache),
-        settings,
-        model,
-    )
+    model_dir = ensure_model(cfg, model)
+    b = Builder(model_dir, out, standard_corpora(model_dir, cache), settings, model)
     smap, grams = b.silence_map(), b.grams()
     protect = protected(smap)
     layers = decoder_layers(b.model)
@@ -148,11 +142,19 @@ def main() -> None:
     for tier, keys in fields.items():
         if tier in cards:
             q = cards[tier]["quality"]
-            result[tier] = {"ppl_delta": q["ppl_delta"], **{k: cards[tier][k] for k in keys}}
-            result["dense_ppl"] = q["dense_ppl"]
+            result[tier] = {
+                "ppl_delta": q["ppl_delta"],
+                "worst_domain": q["worst_domain"],
+                **{k: cards[tier][k] for k in keys},
+                "domains": {d: e["ppl_delta"] for d, e in q["domains"].items()},
+                "leave_one_domain_out": cards[tier].get("leave_one_domain_out"),
+            }
+            result["dense_ppl"] = {d: e["dense_ppl"] for d, e in q["domains"].items()}
     result["settings"] = {
         "samples": settings.samples,
-        "eval_samples": settings.eval_samples,
+        "validation_samples_per_domain": settings.validation_samples,
+        "eval_samples_per_domain": settings.eval_samples,
+        "domains": b.corpora.domains(),
         "seq_len": settings.seq_len,
         "seed": settings.seed,
         "distill_epochs": settings.distill_epochs,

@@ -25,16 +25,19 @@ from zerolayer.tokenfix.service import Tokenfix
 
 # collapse build settings small enough for tests (the real ones take tens of minutes)
 TINY_COLLAPSE: dict[str, Any] = {
-    "samples": 3,
+    "samples": 4,  # one calibration window per domain
     "seq_len": 64,
-    "validation_samples": 2,
-    "eval_samples": 3,
+    "validation_samples": 1,
+    "eval_samples": 2,
     "distill_epochs": 1,
     "search_tries": 2,
     "static_levels": [0.3],
     "dynamic_levels": [0.7],
     "input_levels": {"attn": [0.5], "gate_up": [0.2], "qkv": [0.2], "head": [0.2]},
 }
+
+
+TINY_DOMAINS = ("docs", "code", "legal", "zh")
 
 
 def _tiny_settings() -> Any:
@@ -119,21 +122,16 @@ def tiny_build(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     settings (a few minutes), under <root>/<model>/; shared by the build tests and the platform.
     Returns {"root": artifacts root, "out": the model's folder, "cards", "builder"}."""
     from zerolayer.collapse.build import Builder
-    from zerolayer.collapse.corpus import pydoc_corpus
+    from zerolayer.collapse.domains import standard_corpora
     from zerolayer.collapse.strategies import build
 
     with setup_budget(3600):
         root = tmp_path_factory.mktemp("artifacts")
         out = root / "smollm2-135m"
         corpora = tmp_path_factory.mktemp("build-corpora")
-        builder = Builder(
-            model_dir,
-            out,
-            pydoc_corpus("calibration", corpora),
-            pydoc_corpus("evaluation", corpora),
-            _tiny_settings(),
-            "smollm2-135m",
-        )
+        # four domains (the chat domain would have the model answer a hundred prompts first)
+        domains = standard_corpora(model_dir, corpora, TINY_DOMAINS)
+        builder = Builder(model_dir, out, domains, _tiny_settings(), "smollm2-135m")
         cards = build(builder, ["pruned", "dynamic", "sparse24"])  # pruned brings masked along
     return {"root": root, "out": out, "cards": cards, "builder": builder}
 

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import torch
 from zerolayer.collapse.apply import (
-    dynamic_cut,
     load_dynamic,
     load_masked,
     load_pruned,
@@ -21,7 +20,18 @@ from zerolayer.collapse.strategies import build
 
 pytestmark = pytest.mark.integration  # runs the collapse compiler
 
-CARD_FIELDS = {"tier", "method", "level", "quality", "bytes_on_disk", "calibration", "eval"}
+CARD_FIELDS = {
+    "tier",
+    "method",
+    "level",
+    "quality",
+    "bytes_on_disk",
+    "calibration",
+    "validation",
+    "eval",
+    "domains",
+    "leave_one_domain_out",
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +46,80 @@ def test_every_tier_has_a_card_on_disk(built: dict[str, Any]) -> None:
         on_disk = json.loads((built["out"] / tier / "tier_card.json").read_text())
         assert on_disk == card
         assert CARD_FIELDS <= set(card), tier
-        assert card["calibration"]["samples"] == 3 and card["bytes_on_disk"] > 0
+        assert card["calibration"]["samples"] == 4 and card["bytes_on_disk"] > 0
         assert {"ppl", "dense_ppl", "ppl_delta", "kl"} <= set(card["quality"])
     assert (built["out"] / "silence_map" / "silence_map.html").exists()
+
+
+def test_cards_list_every_domain_and_hold_the_budget_on_the_worst(
+    built: dict[str, Any],
+) -> None:
+    from tests.conftest import TINY_DOMAINS
+
+    for tier, card in built["cards"].items():
+        q = card["quality"]
+        assert card["domains"] == list(TINY_DOMAINS) == list(q["domains"]), tier
+        deltas = {d: e["ppl_delta"] for d, e in q["domains"].items()}
+        assert q["worst_domain"] == max(deltas, key=deltas.get), tier
+        assert q["ppl_delta"] == max(deltas.values()) <= card["budget_ppl_delta"], tier
+        assert q["kl"] == max(e["kl"] for e in q["domains"].values()), tier
+        # each domain's source and licence are on the card, for every part
+        for part in ("calibration", "validation", "eval"):
+            listed = card[part]["corpus"]["parts"]
+            assert [p["domain"] for p in listed] == list(TINY_DOMAINS), (tier, part)
+            assert all(p["source"] and p["licence"] for p in listed), (tier, part)
+        lodo = card["leave_one_domain_out"]
+        assert set(lodo["domains"]) == set(TINY_DOMAINS) and lodo["recipe"], tier
+        for d, row in lodo["domains"].items():
+            # the estimate never says an unseen domain costs less than the card's own figure
+            assert row["unseen_ppl_delta"] >= q["domains"][d]["ppl_delta"] - 1e-5, (tier, d)
+        worst = max(lodo["domains"], key=lambda d: lodo["domains"][d]["unseen_ppl_delta"])
+        assert lodo["worst_domain"] == worst, tier
+
+
+def _verified(built: dict[str, Any], model_dir: Path, kind: str, folder: Path | None = None):
+    from zerolayer.collapse.verify import verify
+
+    b = built["builder"]
+    budget = built["cards"][kind]["budget_ppl_delta"]
+    return verify(b.model, model_dir, folder or built["out"] / kind, b.eval_domains, budget)
+
+
+def test_a_damaged_artifact_fails_its_budget(
+    built: dict[str, Any], model_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from tests.test_cli import zerolayer
+
+    ok = _verified(built, model_dir, "dynamic")
+    assert ok["passed"] and ok["quality"]["worst_domain"] in ok["quality"]["domains"]
+    damaged = tmp_path / "dynamic"
+    shutil.copytree(built["out"] / "dynamic", damaged)
+    th = json.loads((damaged / "thresholds.json").read_text())
+    # a threshold on every layer's MLP intermediate 40x the largest chosen: most of it zeroed
+    top = max(th["thresholds"].values(), default=0.05)
+    th["thresholds"] = {str(i): top * 40 for i in range(30)}
+    (damaged / "thresholds.json").write_text(json.dumps(th))
+    bad = _verified(built, model_dir, "dynamic", damaged)
+    assert not bad["passed"] and bad["quality"]["ppl_delta"] > bad["budget_ppl_delta"]
+    # the command says so with its exit status and names the worst domain
+    env = {"ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent)}
+    args = ["--seq-len", "64", "--eval-samples", "1", "--domains", "docs,zh"]
+    run = zerolayer("collapse", "verify", "dynamic", "--artifact", str(damaged), *args, env=env)
+    assert run.returncode == 1, run.stderr
+    assert "dynamic FAILS its budget" in run.stdout and "worst domain" in run.stdout
+    good = zerolayer(
+        "collapse",
+        "verify",
+        "dynamic",
+        "--artifact",
+        str(built["out"] / "dynamic"),
+        *args,
+        env=env,
+    )
+    assert good.returncode in (0, 1), good.stderr  # one window per domain: either verdict
+    assert "zh" in good.stdout and "docs" in good.stdout
 
 
 def test_masked_meets_its_budget_on_the_evaluation_corpus(
@@ -47,13 +128,10 @@ def test_masked_meets_its_budget_on_the_evaluation_corpus(
     card = built["cards"]["masked"]
     assert card["quality"]["ppl_delta"] <= 0.03
     assert 0 <= card["mlp_flops_removed"] < 0.5
-    # the artifact reproduces the evaluated cut: re-evaluate from disk
-    model = load_masked(model_dir, built["out"] / "masked")
-    b = built["builder"]
-    from zerolayer.collapse.ablate import Evaluator
-
-    again = Evaluator(model, b.eval_windows).evaluate()
-    assert again.ppl == pytest.approx(card["quality"]["ppl"], rel=1e-3)
+    # the artifact reproduces the evaluated cut: re-evaluate from disk, domain by domain
+    again = _verified(built, model_dir, "masked")["quality"]
+    for d, e in card["quality"]["domains"].items():
+        assert again["domains"][d]["ppl"] == pytest.approx(e["ppl"], rel=1e-3), d
 
 
 def test_pruned_checkpoint_matches_masked(built: dict[str, Any], model_dir: Path) -> None:
@@ -92,10 +170,9 @@ def test_dynamic_artifact_reproduces_its_card(built: dict[str, Any], model_dir: 
             # a share s of the input under its threshold on calibration text: about s zeroed
             share = card["level"][f"{kind}_share"]
             assert card[f"{kind}_activation_sparsity"] == pytest.approx(share, abs=0.15), kind
-    from zerolayer.collapse.ablate import Evaluator
-
-    again = Evaluator(model, built["builder"].eval_windows).evaluate(dynamic_cut(model, art))
-    assert again.ppl == pytest.approx(card["quality"]["ppl"], rel=1e-3)
+    again = _verified(built, model_dir, "dynamic")["quality"]
+    for d, e in card["quality"]["domains"].items():
+        assert again["domains"][d]["ppl"] == pytest.approx(e["ppl"], rel=1e-3), d
 
 
 def test_a_dynamic_cut_changes_the_model_only_inside_its_body(

@@ -19,7 +19,14 @@ import torch.nn.functional as F
 from zerolayer.collapse.model import decoder_layers, input_modules, projection, removing
 from zerolayer.collapse.progress import bar
 
-__all__ = ["Evaluation", "Evaluator", "channel_mask", "activation_threshold"]
+__all__ = [
+    "Evaluation",
+    "Evaluator",
+    "DomainEvaluation",
+    "DomainEvaluator",
+    "channel_mask",
+    "activation_threshold",
+]
 
 
 @dataclass(frozen=True)
@@ -117,8 +124,9 @@ class Evaluator:
         self._dense_ppl: float | None = None
 
     @torch.no_grad()
-    def _logprobs(self, x: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.model(x, use_cache=False).logits[0, :-1].float(), dim=-1)
+    def _logprobs(self, x: torch.Tensor, model: Any = None) -> torch.Tensor:
+        logits = (model or self.model)(x, use_cache=False).logits
+        return F.log_softmax(logits[0, :-1].float(), dim=-1)
 
     def _nll(self, logp: torch.Tensor, x: torch.Tensor) -> tuple[float, int]:
         target = x[0, 1:]
@@ -138,9 +146,13 @@ class Evaluator:
 
     @torch.no_grad()
     def evaluate(
-        self, cut: AbstractContextManager[None] | None = None, desc: str = "ablation"
+        self,
+        cut: AbstractContextManager[None] | None = None,
+        desc: str = "ablation",
+        model: Any = None,
     ) -> Evaluation:
-        """Perplexity and mean per-token KL(dense || cut) with the cut applied."""
+        """Perplexity and mean per-token KL(dense || cut) with the cut applied; of `model` (an
+        artifact loaded on its own) instead of the evaluator's, when given."""
         dense_ppl = self.dense()
         assert self._dense is not None
         total, count, kl_sum = 0.0, 0, 0.0
@@ -150,9 +162,85 @@ class Evaluator:
                 desc=desc,
                 disable=not self.progress,
             ):
-                logp = self._logprobs(x)
+                logp = self._logprobs(x, model)
                 nll, n = self._nll(logp, x)
                 total, count = total + nll, count + n
                 p_ref = ref.float()
                 kl_sum += float((p_ref.exp() * (p_ref - logp)).sum())
         return Evaluation(math.exp(total / count), dense_ppl, kl_sum / count)
+
+
+@dataclass(frozen=True)
+class DomainEvaluation:
+    """Quality of one candidate on each domain. What a budget checks is the worst domain:
+    `ppl_delta` is the largest of the domains' perplexity changes and `kl` the largest KL."""
+
+    domains: dict[str, Evaluation]
+
+    @property
+    def worst(self) -> str:
+        """The domain with the largest perplexity change."""
+        return max(self.domains, key=lambda d: self.domains[d].ppl_delta)
+
+    @property
+    def ppl_delta(self) -> float:
+        return self.domains[self.worst].ppl_delta
+
+    @property
+    def kl(self) -> float:
+        return max(e.kl for e in self.domains.values())
+
+    @property
+    def ppl(self) -> float:
+        return self.domains[self.worst].ppl
+
+    @property
+    def dense_ppl(self) -> float:
+        return self.domains[self.worst].dense_ppl
+
+    def as_dict(self) -> dict[str, Any]:
+        """The worst domain's figures at the top (kl: the largest of any domain), then every
+        domain's."""
+        worst = self.domains[self.worst]
+        return {
+            "ppl": round(worst.ppl, 4),
+            "dense_ppl": round(worst.dense_ppl, 4),
+            "ppl_delta": round(worst.ppl_delta, 5),
+            "kl": round(self.kl, 6),
+            "worst_domain": self.worst,
+            "domains": {d: e.as_dict() for d, e in self.domains.items()},
+        }
+
+
+class DomainEvaluator:
+    """One Evaluator per domain; a candidate cut is applied once and scored on every domain."""
+
+    def __init__(self, model: Any, windows: dict[str, list[list[int]]], progress: bool = False):
+        windows = {d: w for d, w in windows.items() if w}
+        if not windows:
+            raise ValueError("no evaluation windows")
+        self.model = model
+        self.progress = progress
+        self.evaluators = {d: Evaluator(model, w) for d, w in windows.items()}
+
+    def dense(self) -> dict[str, float]:
+        """Dense perplexity per domain (computed on first use)."""
+        return {d: e.dense() for d, e in self.evaluators.items()}
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        cut: AbstractContextManager[None] | None = None,
+        desc: str = "ablation",
+        model: Any = None,
+    ) -> DomainEvaluation:
+        """Every domain's perplexity and KL with the cut applied (entered once); of `model`
+        instead of the evaluator's, when given."""
+        self.dense()  # the dense references first, outside the cut
+        out: dict[str, Evaluation] = {}
+        with cut or nullcontext():
+            for d, e in bar(
+                list(self.evaluators.items()), desc=desc, unit="domain", disable=not self.progress
+            ):
+                out[d] = e.evaluate(model=model)
+        return DomainEvaluation(out)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from zerolayer.collapse.ablate import Evaluator
+from zerolayer.collapse.ablate import DomainEvaluator, Evaluator
 from zerolayer.collapse.model import decoder_layers, projection
 from zerolayer.collapse.progress import bar
 from zerolayer.collapse.reconstruct import obs_keep, repaired
@@ -85,7 +85,7 @@ class Sensitivity:
 
 
 def layer_sensitivity(
-    evaluator: Evaluator,
+    evaluator: Evaluator | DomainEvaluator,
     cut_one: Callable[[int, float], AbstractContextManager[None]],
     layers: Sequence[int],
     levels: Sequence[float] = (0.15, 0.3, 0.5),
@@ -132,7 +132,7 @@ class Choice:
 
 def choose(
     sens: Sensitivity,
-    validator: Evaluator,
+    validator: Evaluator | DomainEvaluator,
     budget: float,
     make_cut: Callable[[dict[int, float]], AbstractContextManager[None]],
     removed: Callable[[dict[int, float]], float],

@@ -26,23 +26,24 @@ from typing import Any
 import torch
 
 from zerolayer.artifacts import Dynamic, write_card
-from zerolayer.collapse.ablate import Evaluator
+from zerolayer.collapse.ablate import DomainEvaluator
 from zerolayer.collapse.allocate import Choice, Sensitivity, choose
 from zerolayer.collapse.apply import dynamic_cut
 from zerolayer.collapse.calibrate import calibrate
-from zerolayer.collapse.corpus import Corpus, token_windows
+from zerolayer.collapse.corpus import domain_windows, labelled_windows
+from zerolayer.collapse.domains import Corpora
 from zerolayer.collapse.draw import draw_html, draw_png
 from zerolayer.collapse.model import decoder_layers, load_model
+from zerolayer.collapse.progress import bar
 from zerolayer.collapse.reconstruct import gram_matrices, swapped, swapped_named
 from zerolayer.collapse.recover import distill
 from zerolayer.collapse.silence_map import SilenceMap
+from zerolayer.collapse.verify import BUDGET_OF
 from zerolayer.config import CollapseConfig
 
 __all__ = ["Builder", "Weights", "dynamic_applied"]
 
 Weights = dict[int, torch.Tensor]
-# Which budget each built tier answers to (pruned is the masked cut, applied physically).
-_BUDGET_OF = {"masked": "masked", "pruned": "masked", "dynamic": "dynamic", "sparse24": "sparse24"}
 
 
 def _bytes(folder: Path) -> int:
@@ -56,8 +57,7 @@ class Builder:
         self,
         model_dir: Path,
         out: Path,
-        calib: Corpus,
-        evaluation: Corpus,
+        corpora: Corpora,
         settings: CollapseConfig,
         model_name: str,
     ):
@@ -70,15 +70,24 @@ class Builder:
             model_name,
         )
         self.model = load_model(model_dir)
-        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = tok = AutoTokenizer.from_pretrained(str(model_dir))
         s = settings
-        windows = token_windows(tok, calib, s.samples + s.validation_samples, s.seq_len, s.seed)
-        self.calib_windows = windows[: s.samples]
-        self.val_windows = windows[s.samples :] or windows[-1:]
-        self.eval_windows = token_windows(tok, evaluation, s.eval_samples, s.seq_len, s.seed + 1)
-        self.calib, self.evaluation = calib, evaluation
-        self.validator = Evaluator(self.model, self.val_windows)
-        self.evaluator = Evaluator(self.model, self.eval_windows, progress=True)
+        self.corpora = corpora
+        self.calib, self.evaluation = corpora.calibration, corpora.evaluation
+        labelled = labelled_windows(tok, self.calib, s.samples, s.seq_len, s.seed)
+        self.calib_windows = [w for _, w in labelled]
+        self.calib_labels = [d for d, _ in labelled]  # the domain of each calibration window
+        # per domain: validation_samples windows steer the choices, eval_samples confirm them
+        self.val_domains = domain_windows(
+            tok, corpora.validation, s.validation_samples, s.seq_len, s.seed
+        )
+        self.eval_domains = domain_windows(
+            tok, self.evaluation, s.eval_samples, s.seq_len, s.seed + 1
+        )
+        self.val_windows = [w for ws in self.val_domains.values() for w in ws]
+        self.eval_windows = [w for ws in self.eval_domains.values() for w in ws]
+        self.validator = DomainEvaluator(self.model, self.val_domains)
+        self.evaluator = DomainEvaluator(self.model, self.eval_domains, progress=True)
         self.layers = len(decoder_layers(self.model))
         self.cut_layers = list(range(self.layers - settings.dense_layers))
         self._map: SilenceMap | None = None
@@ -114,11 +123,17 @@ class Builder:
             "method": method,
             **extra,
             "quality": quality,
-            "budget_ppl_delta": self.s.budget(_BUDGET_OF[tier]),
+            "budget_ppl_delta": self.s.budget(BUDGET_OF[tier]),
+            "budget_applies_to": "the worst domain on the evaluation parts",
+            "domains": list(self.eval_domains),
             "eval": {
                 "corpus": self.evaluation.describe(),
-                "windows": len(self.eval_windows),
+                "windows": {d: len(w) for d, w in self.eval_domains.items()},
                 "seq_len": self.s.seq_len,
+            },
+            "validation": {
+                "corpus": self.corpora.validation.describe(),
+                "windows": {d: len(w) for d, w in self.val_domains.items()},
             },
             "calibration": {
                 "corpus": self.calib.describe(),
@@ -185,6 +200,49 @@ class Builder:
         if self.validator.evaluate(apply(down)).ppl_delta > choice.val_delta:
             return start
         return down
+
+    def calib_of(self, domains: set[str]) -> list[list[int]]:
+        """The calibration windows of the given domains, in build order."""
+        pairs = zip(self.calib_windows, self.calib_labels, strict=True)
+        return [w for w, d in pairs if d in domains]
+
+    def leave_one_out(
+        self,
+        quality: dict[str, Any],
+        rederive: Callable[[str | None], AbstractContextManager[None]],
+        recipe: str,
+    ) -> dict[str, Any]:
+        """What a domain the compiler never saw costs, estimated per domain with calibration
+        text: `rederive(domain)` makes the cut's data-dependent choices again from the
+        calibration windows of every other domain (same shares; `recipe` says what is re-made;
+        None: from every domain) and it is scored on the left-out domain's evaluation windows,
+        beside the same recipe on all windows. The estimate for an unseen domain is the card's
+        figure on it plus what leaving it out added."""
+        domains = [d for d in dict.fromkeys(self.calib_labels) if d in self.eval_domains]
+        if len(domains) < 2:
+            return {"recipe": recipe, "domains": {}, "note": "fewer than two domains"}
+        seen = self.evaluator.evaluate(rederive(None), desc="recipe on every domain")
+        out: dict[str, Any] = {}
+        for d in bar(domains, desc="leave one domain out", unit="domain"):
+            without = self.evaluator.evaluators[d].evaluate(rederive(d))
+            added = without.ppl_delta - seen.domains[d].ppl_delta
+            out[d] = {
+                "ppl_delta_left_out": round(without.ppl_delta, 5),
+                "kl_left_out": round(without.kl, 6),
+                "ppl_delta_seen": round(seen.domains[d].ppl_delta, 5),
+                "unseen_ppl_delta": round(quality["domains"][d]["ppl_delta"] + max(0.0, added), 5),
+            }
+        worst = max(out, key=lambda d: out[d]["unseen_ppl_delta"])
+        return {
+            "recipe": recipe,
+            "domains": out,
+            "worst_domain": worst,
+            "unseen_ppl_delta": out[worst]["unseen_ppl_delta"],
+        }
+
+    def windows_without(self, domain: str | None) -> list[list[int]]:
+        """The calibration windows of every domain but one (None: all)."""
+        return self.calib_of(set(self.calib_labels) - {domain})
 
     def applied(self, art: Dynamic) -> AbstractContextManager[None]:
         """A dynamic artifact on the loaded model: its weights and its thresholds."""

@@ -18,16 +18,29 @@ def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
     return cfg.artifact_root(model)
 
 
-def _corpus(args: argparse.Namespace, split: str, cfg: PlatformConfig) -> Any:
-    from zerolayer.collapse.chat import default_corpus
-    from zerolayer.collapse.corpus import files_corpus
+def _corpora(args: argparse.Namespace, cfg: PlatformConfig) -> Any:
+    """The standard domains (--domains, default all) plus the user's files as one more domain
+    (--corpus: calibration text; --eval-corpus: held-out text)."""
+    from zerolayer.collapse.domains import STANDARD_DOMAINS, standard_corpora, user_domain
     from zerolayer.models.importer import ensure_model
+
+    domains = STANDARD_DOMAINS
+    if getattr(args, "domains", None) is not None:
+        domains = tuple(d for d in args.domains.split(",") if d)
+    extra = user_domain(getattr(args, "corpus", None), getattr(args, "eval_corpus", None))
+    model_dir = ensure_model(cfg, args.model)
+    return standard_corpora(model_dir, Path(cfg.cache_dir) / "corpora", domains, extra)
+
+
+def _corpus(args: argparse.Namespace, split: str, cfg: PlatformConfig) -> Any:
+    """One part of the corpora; the user's files alone when they are given for that part
+    (calibrate and drift measure the text they are given)."""
+    from zerolayer.collapse.corpus import files_corpus
 
     files = args.corpus if split == "calibration" else args.eval_corpus
     if files:
         return files_corpus([Path(f) for f in files], name=f"user-{split}")
-    model_dir = ensure_model(cfg, args.model)
-    return default_corpus(split, model_dir, Path(cfg.cache_dir) / "corpora")
+    return getattr(_corpora(args, cfg), split)
 
 
 def _load(cfg: PlatformConfig, model: str) -> tuple[Any, Any, Path]:
@@ -94,8 +107,8 @@ def layer_sensitivity(
 
 
 def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
-    from zerolayer.collapse.ablate import Evaluator, activation_threshold, channel_mask
-    from zerolayer.collapse.corpus import token_windows
+    from zerolayer.collapse.ablate import DomainEvaluator, activation_threshold, channel_mask
+    from zerolayer.collapse.corpus import domain_windows
     from zerolayer.collapse.select import channel_scores, dynamic_thresholds, keep_masks, protected
     from zerolayer.collapse.silence_map import SilenceMap
 
@@ -103,16 +116,16 @@ def _cmd_ablate(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
     smap = SilenceMap.load(folder)
     model, tok, _ = _load(cfg, args.model)
-    windows = token_windows(
+    windows = domain_windows(
         tok, _corpus(args, "evaluation", cfg), s.eval_samples, s.seq_len, seed=s.seed
     )
-    evaluator = Evaluator(model, windows, progress=True)
+    evaluator = DomainEvaluator(model, windows, progress=True)
     layers = range(smap.layers)
     report: dict[str, Any] = {
         "map": str(folder),
         "method": args.method,
         "level": args.level,
-        "eval_windows": len(windows),
+        "eval_windows": {d: len(w) for d, w in windows.items()},
     }
     if args.method == "dynamic":
         cut = activation_threshold(model, dynamic_thresholds(smap, {i: args.level for i in layers}))
@@ -158,14 +171,7 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         raise SystemExit(f"unknown tiers {sorted(unknown)}; known: {', '.join(TIERS)}")
     settings = _settings(args, cfg)
     out = Path(args.out or artifacts_dir(cfg, args.model))
-    builder = Builder(
-        ensure_model(cfg, args.model),
-        out,
-        _corpus(args, "calibration", cfg),
-        _corpus(args, "evaluation", cfg),
-        settings,
-        args.model,
-    )
+    builder = Builder(ensure_model(cfg, args.model), out, _corpora(args, cfg), settings, args.model)
     clear_cards(out, tiers)  # what is there now is not a finished build of these kinds
     cards = build(builder, tiers)
     for tier, card in cards.items():
@@ -174,6 +180,36 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
             f"{out / tier}"
         )
     return 0
+
+
+def _cmd_verify(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.corpus import domain_windows
+    from zerolayer.collapse.verify import BUDGET_OF, verify
+
+    if args.tier not in BUDGET_OF:
+        raise SystemExit(f"unknown tier kind {args.tier!r}; known: {', '.join(BUDGET_OF)}")
+    s = _settings(args, cfg)
+    folder = Path(args.artifact or artifacts_dir(cfg, args.model) / args.tier)
+    model, tok, model_dir = _load(cfg, args.model)
+    # the builder's evaluation windows (seed + 1)
+    windows = domain_windows(
+        tok, _corpora(args, cfg).evaluation, s.eval_samples, s.seq_len, s.seed + 1
+    )
+    report = verify(model, model_dir, folder, windows, s.budget(BUDGET_OF[args.tier]), args.tier)
+    q = report["quality"]
+    for domain, e in q["domains"].items():
+        print(
+            f"{domain:12s} ppl {e['dense_ppl']:9.3f} -> {e['ppl']:9.3f}  "
+            f"{e['ppl_delta']:+8.2%}  kl {e['kl']:.4f}"
+        )
+    verdict = "passes" if report["passed"] else "FAILS"
+    print(
+        f"{args.tier} {verdict} its budget {report['budget_ppl_delta']:+.1%}: worst domain "
+        f"{q['worst_domain']} {q['ppl_delta']:+.2%}"
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    return 0 if report["passed"] else 1
 
 
 def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
@@ -268,10 +304,37 @@ def add_parser(sub: Any, with_config: Any) -> None:
     bd.add_argument("--samples", type=int, default=None, help="calibration samples (models.yaml)")
     bd.add_argument("--eval-samples", type=int, default=None, help="evaluation samples")
     bd.add_argument("--seq-len", type=int, default=None, help="tokens per sample")
-    bd.add_argument("--corpus", nargs="*", default=None, help="your own calibration text files")
-    bd.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text files")
+    bd.add_argument(
+        "--domains",
+        default=None,
+        help="standard domains, comma-separated (default: docs,code,chat,legal,zh,fr; '' none)",
+    )
+    bd.add_argument(
+        "--corpus", nargs="*", default=None, help="your own text files: one more domain"
+    )
+    bd.add_argument(
+        "--eval-corpus",
+        nargs="*",
+        default=None,
+        help="your own held-out text files (the evaluation part of that domain)",
+    )
     bd.add_argument("--out", default=None, help="output folder (default <cache>/artifacts/MODEL)")
     bd.set_defaults(func=with_config(_cmd_build))
+
+    vf = col.add_parser(
+        "verify", help="score a built artifact on every domain; exit 1 over its budget"
+    )
+    common(vf)
+    vf.add_argument("tier", help="artifact kind: masked, pruned, dynamic or sparse24")
+    vf.add_argument(
+        "--artifact", default=None, help="artifact folder (default <artifacts>/MODEL/TIER)"
+    )
+    vf.add_argument("--domains", default=None, help="standard domains, comma-separated")
+    vf.add_argument("--eval-samples", type=int, default=None, help="windows per domain")
+    vf.add_argument("--corpus", nargs="*", default=None, help="your own text: one more domain")
+    vf.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text")
+    vf.add_argument("--out", default=None, help="also write the JSON report here")
+    vf.set_defaults(func=with_config(_cmd_verify))
 
     dr = col.add_parser("drift", help="calibrate on new text and compare with a stored map")
     common(dr)

@@ -23,7 +23,10 @@ __all__ = [
     "Corpus",
     "pydoc_corpus",
     "files_corpus",
+    "mixed_corpus",
     "token_windows",
+    "labelled_windows",
+    "domain_windows",
 ]
 
 # Disjoint by construction; chosen for plain prose plus signatures, no side effects on import.
@@ -101,8 +104,16 @@ class Corpus:
     source: str
     licence: str
     documents: dict[str, str]
-    # a mixture (collapse.chat.mixed_corpus): token_windows takes each part's share of windows
+    # a mixture (mixed_corpus): token_windows takes each part's share of windows
     parts: tuple[tuple[Corpus, float], ...] = ()
+    # the kind of text (collapse.domains): a mixture's parts are scored domain by domain
+    domain: str = ""
+
+    def domains(self) -> list[tuple[str, Corpus]]:
+        """(domain, corpus) per part of a mixture; a plain corpus is one domain."""
+        if self.parts:
+            return [(c.domain or c.name, c) for c, _ in self.parts]
+        return [(self.domain or self.name, self)]
 
     def text(self) -> str:
         """All documents, in name order, separated by blank lines."""
@@ -115,11 +126,13 @@ class Corpus:
             return {
                 "name": self.name,
                 "source": self.source,
+                "domains": [d for d, _ in self.domains()],
                 "parts": [{**c.describe(), "share": round(s, 4)} for c, s in self.parts],
                 "sha256_16": digest,
             }
         return {
             "name": self.name,
+            **({"domain": self.domain} if self.domain else {}),
             "source": self.source,
             "licence": self.licence,
             "documents": len(self.documents),
@@ -176,18 +189,38 @@ def files_corpus(paths: Sequence[Path], name: str = "user-files") -> Corpus:
     )
 
 
+def mixed_corpus(parts: list[tuple[Corpus, float]], name: str) -> Corpus:
+    """Several corpora that token_windows samples in the given shares."""
+    docs = {f"{c.name}/{k}": v for c, _ in parts for k, v in c.documents.items()}
+    total = sum(s for _, s in parts)
+    return Corpus(
+        name=name,
+        source=" + ".join(f"{s / total:.0%} {c.name}" for c, s in parts),
+        licence="; ".join(sorted({c.licence for c, _ in parts})),
+        documents=docs,
+        parts=tuple((c, s / total) for c, s in parts),
+    )
+
+
 def token_windows(
     tokenizer: Any, corpus: Corpus, n: int, length: int, seed: int = 0
 ) -> list[list[int]]:
     """n windows of exactly `length` tokens, cut from the corpus text without overlap and chosen
     with a seeded shuffle; fewer when the corpus is short. A mixture takes round(n x share)
-    windows from each part (the last part the rest), interleaved."""
+    windows from each part while any are left (the last part the rest), interleaved."""
+    return [w for _, w in labelled_windows(tokenizer, corpus, n, length, seed)]
+
+
+def labelled_windows(
+    tokenizer: Any, corpus: Corpus, n: int, length: int, seed: int = 0
+) -> list[tuple[str, list[int]]]:
+    """token_windows, each with the domain it was cut from."""
     if corpus.parts:
-        keyed: list[tuple[float, int, list[int]]] = []
+        keyed: list[tuple[float, int, tuple[str, list[int]]]] = []
         taken = 0
         for j, (part, share) in enumerate(corpus.parts):
-            k = n - taken if j == len(corpus.parts) - 1 else round(n * share)
-            got = token_windows(tokenizer, part, k, length, seed)
+            k = n - taken if j == len(corpus.parts) - 1 else min(n - taken, round(n * share))
+            got = labelled_windows(tokenizer, part, k, length, seed)
             taken += len(got)
             # interleaved by relative position, so every prefix keeps the shares
             keyed += [((i + 0.5) / len(got), j, w) for i, w in enumerate(got)]
@@ -195,4 +228,12 @@ def token_windows(
     ids = tokenizer.encode(corpus.text(), add_special_tokens=False)
     starts = list(range(0, len(ids) - length + 1, length))
     random.Random(seed).shuffle(starts)
-    return [ids[s : s + length] for s in sorted(starts[:n])]
+    label = corpus.domain or corpus.name
+    return [(label, ids[s : s + length]) for s in sorted(starts[:n])]
+
+
+def domain_windows(
+    tokenizer: Any, corpus: Corpus, n: int, length: int, seed: int = 0
+) -> dict[str, list[list[int]]]:
+    """Per domain of the corpus, n windows of `length` tokens (token_windows of each part)."""
+    return {d: token_windows(tokenizer, c, n, length, seed) for d, c in corpus.domains()}

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 def _builder(cfg: PlatformConfig, model: str, events: _Events, first: str) -> Any:
     """The Builder every kind of the model shares (the model, corpora, windows)."""
     from zerolayer.collapse.build import Builder
-    from zerolayer.collapse.chat import default_corpus
+    from zerolayer.collapse.domains import standard_corpora
     from zerolayer.models.importer import ensure_model
 
     events.kind = first
@@ -121,8 +121,7 @@ def _builder(cfg: PlatformConfig, model: str, events: _Events, first: str) -> An
     return Builder(
         model_dir,
         cfg.artifact_root(model),
-        default_corpus("calibration", model_dir, corpora),
-        default_corpus("evaluation", model_dir, corpora),
+        standard_corpora(model_dir, corpora),
         cfg.models[model].collapse,
         model,
     )

@@ -168,12 +168,21 @@ class CollapseConfig(Strict):
     tier's quality budget. The one settings object of the compiler (models.yaml `collapse:`,
     CLI flags override single fields)."""
 
-    samples: int = Field(default=100, ge=1, description="Calibration samples")
+    samples: int = Field(
+        default=100, ge=1, description="Calibration samples (all domains, in equal shares)"
+    )
     seq_len: int = Field(default=256, ge=8, description="Tokens per sample")
     validation_samples: int = Field(
-        default=8, ge=1, description="Calibration-side samples that steer the allocation"
+        default=4,
+        ge=1,
+        description="Validation samples per domain (they steer the choices; the worst domain "
+        "counts)",
     )
-    eval_samples: int = Field(default=32, ge=1, description="Held-out evaluation samples")
+    eval_samples: int = Field(
+        default=16,
+        ge=1,
+        description="Held-out evaluation samples per domain (the budget holds on the worst)",
+    )
     seed: int = Field(default=0, description="Seed of the sample choice")
     quantile: float = Field(default=0.1, gt=0, lt=1, description="Silence threshold quantile")
     dense_layers: int = Field(default=2, ge=0, description="Last layers never cut (static cuts)")

@@ -19,7 +19,7 @@ from zerolayer.collapse.ablate import activation_threshold
 from zerolayer.collapse.allocate import Choice, layer_sensitivity
 from zerolayer.collapse.apply import dynamic_cut
 from zerolayer.collapse.build import Builder, Weights, dynamic_applied
-from zerolayer.collapse.calibrate import capture_inputs
+from zerolayer.collapse.calibrate import calibrate, capture_inputs
 from zerolayer.collapse.model import PROJECTIONS_OF, decoder_layers, linear, projection
 from zerolayer.collapse.recover import distill_named
 from zerolayer.collapse.select import dynamic_thresholds
@@ -92,6 +92,15 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
         "distill_epochs": b.s.distill_epochs if distilled else 0,
         "sensitivity": sens.as_json(),
     }
+    extra["leave_one_domain_out"] = b.leave_one_out(
+        quality,
+        lambda left_out: b.applied(
+            _rederived(b, art, choice.shares, shares, b.windows_without(left_out))
+        ),
+        "the thresholds (the silence map's per-layer quantiles at the chosen shares, then each "
+        "input kind's quantile at its share) measured again without the domain; trained "
+        "weights kept",
+    )
     return b.card(
         "dynamic",
         "input-dependent masking of the MLP intermediate (per-layer |a| thresholds "
@@ -150,6 +159,28 @@ def _input_thresholds(
     return art, shares, quality, _weights_of(art), trials
 
 
+def _rederived(
+    b: Builder,
+    art: Dynamic,
+    mlp_shares: dict[int, float],
+    shares: dict[str, float],
+    windows: list[list[int]],
+) -> Dynamic:
+    """The artifact's thresholds measured again on other calibration windows, at the same
+    shares and in the same order, with its trained weights."""
+    smap = calibrate(b.model, windows, quantile=b.s.quantile, progress=False)
+    out = Dynamic(
+        dynamic_thresholds(smap, {i: s for i, s in mlp_shares.items() if s > 0}),
+        down=art.down,
+        weights=art.weights,
+    )
+    for kind, share in shares.items():
+        if share > 0:
+            quantile = _input_quantiles(b, out, kind, [share], windows)[share]
+            out = replace(out, **{kind: quantile})
+    return out
+
+
 def _weights_of(art: Dynamic) -> dict[str, str]:
     """Per thresholded input kind other than the MLP's: "distilled" where the artifact carries
     trained weights for the projections reading it, else "dense"."""
@@ -192,11 +223,11 @@ def _distil(b, trial: Dynamic, kind: str) -> Dynamic:
 
 @torch.no_grad()
 def _input_quantiles(
-    b, art: Dynamic, kind: str, shares: list[float]
+    b, art: Dynamic, kind: str, shares: list[float], windows: list[list[int]] | None = None
 ) -> dict[float, dict[int, float]]:
     """Per share, per layer: the |x| under which that share of the kind's input falls on
-    calibration text with the artifact in place (20,000 values sampled per window and layer,
-    16 windows)."""
+    calibration text (`windows`, default the build's) with the artifact in place (20,000
+    values sampled per window and layer, 16 windows)."""
     gen = torch.Generator().manual_seed(b.s.seed)
     seen: dict[int, list[torch.Tensor]] = {}  # per layer (only 0 for the output layer's)
 
@@ -206,7 +237,7 @@ def _input_quantiles(
         seen.setdefault(i, []).append(x[pick])
 
     with b.applied(art), capture_inputs(b.model, sample, [kind]):
-        for ids in b.calib_windows[:16]:
+        for ids in (b.calib_windows if windows is None else windows)[:16]:
             b.model(torch.tensor([ids]), use_cache=False)
     values = {i: torch.cat(v) for i, v in seen.items()}
     return {

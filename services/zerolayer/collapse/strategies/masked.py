@@ -5,14 +5,16 @@ kept only when the evaluation corpus confirms the budget."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 from zerolayer.artifacts import save_masked, save_pruned
 from zerolayer.collapse.allocate import Choice, layer_sensitivity, static_cut, static_keeps
 from zerolayer.collapse.build import Builder, Weights
+from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.model import decoder_layers, projection
-from zerolayer.collapse.reconstruct import repaired_weight, swapped
+from zerolayer.collapse.reconstruct import gram_matrices, repaired, repaired_weight, swapped
 from zerolayer.collapse.select import protected
 
 __all__ = ["build_masked", "build_pruned"]
@@ -75,6 +77,7 @@ def build_masked(b: Builder) -> dict[str, Any]:
         "sensitivity": sens.as_json(),
         "dense_layers": b.s.dense_layers,
     }
+    extra["leave_one_domain_out"] = b.leave_one_out(quality, _rederive(b, choice.shares), _RECIPE)
     return b.card(
         "masked",
         "static MLP channel cut: OBS ranking, least-squares repair, KL-convex allocation "
@@ -85,11 +88,43 @@ def build_masked(b: Builder) -> dict[str, Any]:
     )
 
 
+_RECIPE = (
+    "the channel choice (OBS ranking, outlier channels kept) and the least-squares repair "
+    "measured again without the domain, at the same per-layer shares; not distilled (the "
+    "figure with the domain seen uses the same recipe)"
+)
+
+
+def _rederive(
+    b: Builder, shares: dict[int, float]
+) -> Callable[[str | None], AbstractContextManager[None]]:
+    """The static cut made again without one domain's calibration windows: the Gram matrices
+    are the build's less that domain's, the outlier channels those of a silence map of the
+    other windows."""
+
+    def cut(left_out: str | None) -> AbstractContextManager[None]:
+        grams = b.grams()
+        if left_out is not None:
+            own = gram_matrices(b.model, b.calib_of({left_out}), progress=False)
+            grams = [g - o for g, o in zip(grams, own, strict=True)]
+        windows = b.windows_without(left_out)
+        protect = protected(calibrate(b.model, windows, quantile=b.s.quantile, progress=False))
+        return repaired(b.model, static_keeps(b.model, grams, shares, protect), grams)
+
+    return cut
+
+
 def build_pruned(b: Builder, masked_card: dict[str, Any]) -> dict[str, Any]:
     """The masked cut with channels physically removed."""
     folder = save_pruned(b.out / "pruned", b.model_dir, b.out / "masked")
     extra = {
         k: masked_card[k]
-        for k in ("level", "intermediate_sizes", "mlp_params_removed", "mlp_flops_removed")
+        for k in (
+            "level",
+            "intermediate_sizes",
+            "mlp_params_removed",
+            "mlp_flops_removed",
+            "leave_one_domain_out",
+        )
     }
     return b.card("pruned", "masked cut applied physically", masked_card["quality"], extra, folder)

@@ -78,6 +78,14 @@ def build_sparse24(b: Builder) -> dict[str, Any]:
         "projections_24": [f"{i}.{p}" for i, p in chosen],
         "hardware_sparsity": "2:4 sparse tensor cores on NVIDIA sm80+; dense elsewhere",
     }
+    extra["leave_one_domain_out"] = b.leave_one_out(
+        quality,
+        lambda left_out: sparsified(
+            b.model, chosen, input_norms(b.model, b.windows_without(left_out)[:16], progress=False)
+        ),
+        "the 2:4 pattern (|W| x ||a|| with the input norms measured again without the domain) "
+        "on the same projections",
+    )
     return b.card(
         "sparse24",
         "2:4 semi-structured weights (|W| x ||a||), chosen groups",
