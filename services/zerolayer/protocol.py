@@ -188,13 +188,17 @@ class Delta(_Value):
 class End(_Value):
     """The request finished: why, the tokens used, and the seconds it waited before the engine
     started it (admission control's measure; None if it never started). `text` is the whole
-    output when the request was run whole (complete), empty when it was streamed."""
+    output when the request was run whole (complete), empty when it was streamed. `ttft_s`:
+    seconds from the replica taking the request to its first token; `tpot_s`: seconds per
+    output token after the first (None with fewer than two)."""
 
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
     queue_s: float | None = None
     text: str = ""
+    ttft_s: float | None = None
+    tpot_s: float | None = None
 
 
 ReplicaEvent = Start | Delta | End | Failed

@@ -34,7 +34,7 @@ from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream, usage
 from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
-from zerolayer.protocol import Failed, PromptInput, SamplingSpec, Target
+from zerolayer.protocol import End, Failed, PromptInput, SamplingSpec, Target
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 
@@ -133,6 +133,7 @@ class Flow:
         self._stop.set()
         if self._keeper is not None:
             self._keeper.cancel()
+        await self.metrics.close()
 
     def start(self) -> None:
         """Start renewing leases and sweeping orphaned ones (needs a running event loop)."""
@@ -346,8 +347,7 @@ class Flow:
             self.finish(call, *used)
         if isinstance(res, Failed):
             res.raise_()
-        if res.queue_s is not None:
-            self.admission.record(str(call.target), res.queue_s)
+        self.ended(call, res)
         reply = shape.final(
             res.text, res.finish_reason, call.usage(res.prompt_tokens, res.completion_tokens)
         )
@@ -386,10 +386,10 @@ class Flow:
         def on_token() -> None:
             self.admission.forget(tier, waiting)
 
-        def on_end(prompt: int, completion: int, queue_s: float | None) -> None:
+        def on_end(prompt: int, completion: int, end: End | None) -> None:
             self.admission.forget(tier, waiting)
-            if queue_s is not None:
-                self.admission.record(tier, queue_s)
+            if end is not None:
+                self.ended(call, end)
             self.finish(call, prompt, completion)
 
         return ClosingStream(
@@ -398,6 +398,19 @@ class Flow:
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
+
+    def ended(self, call: _Call, end: End) -> None:
+        """What a finished request tells admission control and the metrics: its queue wait,
+        latencies and tokens, per tier and plan."""
+        tier, plan = str(call.target), call.record.plan
+        if end.queue_s is not None:
+            self.admission.record(tier, end.queue_s)
+        if end.ttft_s is not None:
+            self.metrics.observe("ttft", end.ttft_s, tier, plan)
+        if end.tpot_s is not None:
+            self.metrics.observe("tpot", end.tpot_s, tier, plan)
+        self.metrics.inc("prompt_tokens", tier, plan, n=end.prompt_tokens)
+        self.metrics.inc("completion_tokens", tier, plan, n=end.completion_tokens)
 
     def finish(self, call: _Call, prompt: int, completion: int) -> None:
         """Settle a request (and its map-reduce calls) to what was used, once."""

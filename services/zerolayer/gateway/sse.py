@@ -87,17 +87,17 @@ async def sse_stream(
     first: Start,
     include_usage: bool,
     on_token: Callable[[], None],
-    on_end: Callable[[int, int, float | None], None],
+    on_end: Callable[[int, int, End | None], None],
     report: Callable[[int, int], dict[str, int]] = usage,
 ) -> AsyncIterator[bytes]:
     """SSE frames of one request. on_token() is called at the first generated token;
-    on_end(prompt, completion, queue_s) exactly once, with the tokens delivered and the queue
-    wait the replica measured (None if it did not end), however the stream ends: finished,
+    on_end(prompt, completion, end) exactly once, with the tokens delivered and the replica's
+    End (its queue wait and latencies; None if it did not end), however the stream ends: finished,
     failed, or the client gone. A replica that breaks off (its process died) is reported in-band
     like a failure. report(prompt, completion) makes the usage chunk."""
     prompt_tokens = first.prompt_tokens
     completion = 0
-    queue_s: float | None = None
+    ended: End | None = None
     try:
         if shape.chat:
             yield sse(shape.chunk(None, None, include_usage))
@@ -110,7 +110,7 @@ async def sse_stream(
                     if ev.text:  # an end-of-sequence token carries no text: nothing to send
                         yield sse(shape.chunk(ev.text, None, include_usage))
                 elif isinstance(ev, End):
-                    completion, queue_s = ev.completion_tokens, ev.queue_s
+                    completion, ended = ev.completion_tokens, ev
                     finish = ev.finish_reason
                     yield sse(shape.chunk(None if shape.chat else "", finish, include_usage))
                     if include_usage:
@@ -126,5 +126,5 @@ async def sse_stream(
             yield sse(err.body())
         yield sse("[DONE]")
     finally:
-        on_end(prompt_tokens, completion, queue_s)
+        on_end(prompt_tokens, completion, ended)
         await events.aclose()  # type: ignore[attr-defined]

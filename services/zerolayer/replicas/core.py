@@ -58,12 +58,15 @@ class TierReplica:
         finish = None
         queue_s: float | None = None
         sent = time.monotonic()
+        first = last = sent
         try:
             async for delta in self.engine.generate(spec):
+                last = time.monotonic()
                 if queue_s is None:  # the engine's own measure, else the time to this delta
+                    first = last
                     queue_s = delta.queue_s
                     if queue_s is None:
-                        queue_s = time.monotonic() - sent
+                        queue_s = last - sent
                 completion += len(delta.token_ids)
                 finish = delta.finish_reason or finish
                 if delta.text or delta.token_ids:
@@ -73,7 +76,9 @@ class TierReplica:
             err = EngineError(f"the engine failed while generating: {type(exc).__name__}")
             yield Failed.of(err, prompt_tokens, completion)
             return
-        yield End(finish or "stop", prompt_tokens, completion, queue_s)
+        ttft = first - sent if completion else None
+        tpot = (last - first) / (completion - 1) if completion > 1 else None
+        yield End(finish or "stop", prompt_tokens, completion, queue_s, "", ttft, tpot)
 
     async def complete(self, spec: SamplingSpec) -> End | Failed:
         """The whole result of one request as a single event: End with the text, or Failed."""
@@ -88,6 +93,8 @@ class TierReplica:
                     ev.completion_tokens,
                     ev.queue_s,
                     "".join(parts),
+                    ev.ttft_s,
+                    ev.tpot_s,
                 )
             elif isinstance(ev, Failed):
                 return ev
