@@ -1,4 +1,4 @@
-"""The `zerolayer` command: up, models import, keys create, collapse."""
+"""The `zerolayer` command: up, status, models import, keys, collapse."""
 
 from __future__ import annotations
 
@@ -150,6 +150,24 @@ def _cmd_keys_set_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    import httpx
+
+    from zerolayer.status import fetch_status
+
+    cfg = _config(args)
+    url = args.url or f"http://{cfg.host}:{cfg.port}"
+    try:
+        report, table = fetch_status(url)
+    except httpx.HTTPError as exc:
+        print(f"no platform answers at {url}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=1) if args.json else table)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zerolayer", description=__doc__)
     p.add_argument(
@@ -164,6 +182,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     up.add_argument("--port", type=int, default=None, help="HTTP port (default 8000)")
     up.set_defaults(func=_cmd_up)
+
+    status = sub.add_parser("status", help="a running platform's health and per-tier metrics")
+    status.add_argument("--url", default=None, help="the platform (default http://HOST:PORT)")
+    status.add_argument("--json", action="store_true", help="the report as JSON")
+    status.set_defaults(func=_cmd_status)
 
     models = sub.add_parser("models", help="model artifacts").add_subparsers(
         dest="sub", required=True

@@ -7,6 +7,7 @@ import json
 import re
 import time
 
+import pytest
 from zerolayer.engines.fake import FakeEngine
 
 from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
@@ -67,3 +68,29 @@ def test_latency_histograms_and_tokens_follow_the_engine(make_gateway: GatewayFa
         assert slow_buckets["0.05"] == 0 and fast_buckets["0.05"] == 2, metric
         slow_sum = _series(text, f"zerolayer_{metric}_seconds_sum", "slow")[""]
         assert slow_sum >= 2 * 0.055, metric
+
+
+def test_status_summarises_the_metrics_per_tier(make_gateway: GatewayFactory) -> None:
+    from zerolayer.status import bucket_quantile, render, summarize
+
+    assert bucket_quantile(0.5, [(0.1, 0), (0.2, 4), (float("inf"), 4)]) == pytest.approx(0.15)
+    assert bucket_quantile(0.95, [(1.0, 1), (float("inf"), 10)]) == 1.0  # in +Inf: last bound
+    assert bucket_quantile(0.5, [(1.0, 0), (float("inf"), 0)]) is None
+    gw = make_gateway(
+        plans={"stat": plan()}, key_plan="stat", engine=FakeEngine(SCRIPT, delay_s=0.03)
+    )
+
+    def mine() -> str:  # this plan's lines (other tests' counts share the Redis)
+        text = gw.client.get("/metrics").text
+        return "\n".join(x for x in text.splitlines() if x.startswith("#") or 'plan="stat"' in x)
+
+    assert TIER not in summarize(mine())
+    for _ in range(3):
+        r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "max_tokens": 4})
+        assert r.status_code == 200
+    row = summarize(mine())[TIER]
+    assert row["requests"] == 3 and row["completion_tokens"] == 3 * 4
+    assert row["ttft_p50_s"] is not None and 0.02 <= row["ttft_p50_s"] <= 0.1
+    assert row["tpot_p50_s"] is not None and 0.02 <= row["tpot_p50_s"] <= 0.1
+    table = render({TIER: row})
+    assert TIER in table and "ttft p50/p95 ms" in table

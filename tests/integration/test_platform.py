@@ -13,7 +13,7 @@ import pytest
 from zerolayer.serve.launcher import Platform
 from zerolayer.tokenfix.prompt import PromptBuilder
 
-from tests.conftest import clean_env
+from tests.conftest import clean_env, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -244,3 +244,47 @@ def test_a_plan_reaches_only_its_tiers(platform: Platform) -> None:
     # a bare model id goes to the plan's default tier (masked for free)
     ok = post(platform, "/chat/completions", {**body, "model": "smollm2-135m"}, key)
     assert ok.status_code == 200 and ok.json()["model"] == "smollm2-135m:masked"
+
+
+def test_status_command_shows_each_tier_that_answered(platform: Platform) -> None:
+    for tier in ("baseline", "dynamic"):
+        body = {"model": f"smollm2-135m:{tier}", "messages": FRANCE, "max_tokens": 6}
+        assert post(platform, "/chat/completions", body).status_code == 200
+    url = f"http://{platform.cfg.host}:{platform.cfg.port}"
+    run = subprocess.run(
+        [sys.executable, "-m", "zerolayer.cli", "status", "--url", url, "--json"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["health"]["status"] == "ok"
+    for tier in ("baseline", "dynamic"):
+        row = report["tiers"][f"smollm2-135m:{tier}"]
+        assert row["requests"] >= 1 and row["completion_tokens"] >= 1, row
+        assert row["ttft_p50_s"] is not None and row["ttft_p50_s"] > 0, row
+    table = subprocess.run(
+        [sys.executable, "-m", "zerolayer.cli", "status", "--url", url],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "smollm2-135m:dynamic" in table.stdout and "ttft p50/p95 ms" in table.stdout
+    gone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zerolayer.cli",
+            "status",
+            "--url",
+            f"http://127.0.0.1:{free_port()}",
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gone.returncode == 1 and "no platform answers" in gone.stderr

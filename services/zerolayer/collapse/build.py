@@ -87,6 +87,10 @@ class Builder:
         self.val_windows = [w for ws in self.val_domains.values() for w in ws]
         self.eval_windows = [w for ws in self.eval_domains.values() for w in ws]
         self.validator = DomainEvaluator(self.model, self.val_domains)
+        # the sensitivity sweeps (hundreds of candidates) measure on the first windows only
+        self.sensor = DomainEvaluator(
+            self.model, {d: w[: s.sensitivity_samples] for d, w in self.val_domains.items()}
+        )
         self.evaluator = DomainEvaluator(self.model, self.eval_domains, progress=True)
         self.layers = len(decoder_layers(self.model))
         self.cut_layers = list(range(self.layers - settings.dense_layers))

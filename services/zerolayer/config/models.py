@@ -178,6 +178,12 @@ class CollapseConfig(Strict):
         description="Validation samples per domain (they steer the choices; the worst domain "
         "counts)",
     )
+    sensitivity_samples: int = Field(
+        default=1,
+        ge=1,
+        description="Validation samples per domain that the per-layer (per-group) sensitivity "
+        "sweeps measure (the first of each domain's)",
+    )
     eval_samples: int = Field(
         default=16,
         ge=1,

@@ -37,7 +37,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
         )
 
     sens = layer_sensitivity(
-        b.validator,
+        b.sensor,
         lambda i, lv: cut({i: lv}),
         range(b.layers),
         b.s.dynamic_levels,

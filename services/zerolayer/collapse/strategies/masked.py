@@ -28,7 +28,7 @@ def build_masked(b: Builder) -> dict[str, Any]:
     layers = decoder_layers(b.model)
     cut = static_cut(b.model, grams, protect)
     sens = layer_sensitivity(
-        b.validator,
+        b.sensor,
         lambda i, lv: cut({i: lv}),
         b.cut_layers,
         b.s.static_levels,

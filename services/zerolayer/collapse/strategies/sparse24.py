@@ -24,7 +24,7 @@ def build_sparse24(b: Builder) -> dict[str, Any]:
 
     cost = {}
     for unit in bar(units, desc="2:4 sensitivity", unit="group"):
-        cost[unit] = b.validator.evaluate(sparsified(b.model, expand([unit]), norms)).ppl_delta
+        cost[unit] = b.sensor.evaluate(sparsified(b.model, expand([unit]), norms)).ppl_delta
     order = sorted(units, key=lambda u: cost[u])
     lo, hi, best = 0, len(order), 0
     budget = b.s.budget("sparse24")
