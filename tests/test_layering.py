@@ -61,6 +61,7 @@ LAYERS = {
     "collapse": 5,
     "serve": 6,
     "cli": 6,
+    "status": 6,
 }
 
 
