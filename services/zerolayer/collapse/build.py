@@ -248,6 +248,13 @@ class Builder:
         """The calibration windows of every domain but one (None: all)."""
         return self.calib_of(set(self.calib_labels) - {domain})
 
+    def silence_map_without(self, domain: str | None) -> SilenceMap:
+        """The silence map of every domain's calibration windows but one (None: the build's)."""
+        if domain is None:
+            return self.silence_map()
+        windows = self.windows_without(domain)
+        return calibrate(self.model, windows, quantile=self.s.quantile, progress=False)
+
     def applied(self, art: Dynamic) -> AbstractContextManager[None]:
         """A dynamic artifact on the loaded model: its weights and its thresholds."""
         return dynamic_applied(self.model, art)

@@ -6,7 +6,6 @@ before it replaces a served one."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +56,7 @@ def verify(
     kind = kind or read_card(folder).get("tier") or folder.name
     model, cut = artifact_model(Path(dense_dir), folder, kind)
     evaluator = DomainEvaluator(dense, windows, progress=True)
-    applied: AbstractContextManager[None] | None = cut
-    quality = evaluator.evaluate(applied, desc=f"verify {kind}", model=model).as_dict()
+    quality = evaluator.evaluate(cut, desc=f"verify {kind}", model=model).as_dict()
     return {
         "artifact": str(folder),
         "kind": kind,

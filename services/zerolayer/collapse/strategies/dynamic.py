@@ -19,7 +19,7 @@ from zerolayer.collapse.ablate import activation_threshold
 from zerolayer.collapse.allocate import Choice, layer_sensitivity
 from zerolayer.collapse.apply import dynamic_cut
 from zerolayer.collapse.build import Builder, Weights, dynamic_applied
-from zerolayer.collapse.calibrate import calibrate, capture_inputs
+from zerolayer.collapse.calibrate import capture_inputs
 from zerolayer.collapse.model import PROJECTIONS_OF, decoder_layers, linear, projection
 from zerolayer.collapse.recover import distill_named
 from zerolayer.collapse.select import dynamic_thresholds
@@ -94,9 +94,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
     }
     extra["leave_one_domain_out"] = b.leave_one_out(
         quality,
-        lambda left_out: b.applied(
-            _rederived(b, art, choice.shares, shares, b.windows_without(left_out))
-        ),
+        lambda left_out: b.applied(_rederived(b, art, choice.shares, shares, left_out)),
         "the thresholds (the silence map's per-layer quantiles at the chosen shares, then each "
         "input kind's quantile at its share) measured again without the domain; trained "
         "weights kept",
@@ -164,11 +162,13 @@ def _rederived(
     art: Dynamic,
     mlp_shares: dict[int, float],
     shares: dict[str, float],
-    windows: list[list[int]],
+    left_out: str | None,
 ) -> Dynamic:
-    """The artifact's thresholds measured again on other calibration windows, at the same
+    """The artifact's thresholds measured again without one domain's calibration windows (None:
+    with all of them), at the same
     shares and in the same order, with its trained weights."""
-    smap = calibrate(b.model, windows, quantile=b.s.quantile, progress=False)
+    smap = b.silence_map_without(left_out)
+    windows = b.windows_without(left_out)
     out = Dynamic(
         dynamic_thresholds(smap, {i: s for i, s in mlp_shares.items() if s > 0}),
         down=art.down,

@@ -12,7 +12,6 @@ from typing import Any
 from zerolayer.artifacts import save_masked, save_pruned
 from zerolayer.collapse.allocate import Choice, layer_sensitivity, static_cut, static_keeps
 from zerolayer.collapse.build import Builder, Weights
-from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.model import decoder_layers, projection
 from zerolayer.collapse.reconstruct import gram_matrices, repaired, repaired_weight, swapped
 from zerolayer.collapse.select import protected
@@ -107,8 +106,7 @@ def _rederive(
         if left_out is not None:
             own = gram_matrices(b.model, b.calib_of({left_out}), progress=False)
             grams = [g - o for g, o in zip(grams, own, strict=True)]
-        windows = b.windows_without(left_out)
-        protect = protected(calibrate(b.model, windows, quantile=b.s.quantile, progress=False))
+        protect = protected(b.silence_map_without(left_out))
         return repaired(b.model, static_keeps(b.model, grams, shares, protect), grams)
 
     return cut
