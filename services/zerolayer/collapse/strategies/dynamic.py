@@ -165,8 +165,7 @@ def _rederived(
     left_out: str | None,
 ) -> Dynamic:
     """The artifact's thresholds measured again without one domain's calibration windows (None:
-    with all of them), at the same
-    shares and in the same order, with its trained weights."""
+    with all of them), at the same shares and in the same order, with its trained weights."""
     smap = b.silence_map_without(left_out)
     windows = b.windows_without(left_out)
     out = Dynamic(
