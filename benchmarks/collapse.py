@@ -135,10 +135,11 @@ def main() -> None:
         "dynamic": ("activation_sparsity",),
         "sparse24": ("mlp_weights_24",),
     }
-    result = {} if everything else json.loads(args.results.read_text())
-    if not everything:  # keep the other rows; replace the rebuilt tiers' rows
+    old = args.results.exists() and not everything
+    result = json.loads(args.results.read_text()) if old else {}
+    if old:  # keep the other rows; replace the rebuilt tiers' rows
         rebuilt = {f"{t} tier (builder)" for t in cards}
-        rows = [r for r in result["table"] if r["method"] not in rebuilt] + rows
+        rows = [r for r in result.get("table", []) if r["method"] not in rebuilt] + rows
     for tier, keys in fields.items():
         if tier in cards:
             q = cards[tier]["quality"]

@@ -3,7 +3,11 @@
 It reads the gateway's Prometheus text (no key needed, as for the cluster's Prometheus) and
 shows per tier: requests, prompt and output tokens, time to first token and time per output
 token (median and 95th percentile, estimated from the histograms as Prometheus'
-histogram_quantile does), the measured queue wait, and sheds."""
+histogram_quantile does), the measured queue wait, and sheds; then the production signals of
+the collapsed tiers: live activation sparsity (mean over layers) against its calibrated value
+and the largest drift of a layer, the dynamic tier's skip rate and its usual band, the canary
+KL against the baseline tier and its limit, and the prefix cache hit rate. A `!` marks a
+flagged signal."""
 
 from __future__ import annotations
 
@@ -79,7 +83,8 @@ def summarize(text: str) -> dict[str, dict[str, Any]]:
     ttft = _quantiles(fam.get("zerolayer_time_to_first_token_seconds_bucket", []))
     tpot = _quantiles(fam.get("zerolayer_time_per_output_token_seconds_bucket", []))
     waits = {labels["tier"]: v for labels, v in fam.get("zerolayer_queue_wait_seconds", [])}
-    tiers = sorted({t for c in counts.values() for t in c} | set(ttft) | set(waits))
+    live = _signals(fam)
+    tiers = sorted({t for c in counts.values() for t in c} | set(ttft) | set(waits) | set(live))
     return {
         t: {
             **{k: int(c.get(t, 0)) for k, c in counts.items()},
@@ -88,9 +93,43 @@ def summarize(text: str) -> dict[str, dict[str, Any]]:
             "tpot_p50_s": tpot.get(t, (None, None))[0],
             "tpot_p95_s": tpot.get(t, (None, None))[1],
             "queue_wait_s": waits.get(t),
+            "signals": live.get(t, {}),
         }
         for t in tiers
     }
+
+
+# per tier gauges of the production signals: summary key <- metric name
+_GAUGES = {
+    "drift_max_points": "zerolayer_activation_drift_max_points",
+    "drift_flag": "zerolayer_activation_drift_flag",
+    "skip_rate": "zerolayer_skip_rate",
+    "skip_band_low": "zerolayer_skip_rate_band_low",
+    "skip_band_high": "zerolayer_skip_rate_band_high",
+    "skip_flag": "zerolayer_skip_rate_flag",
+    "canary_kl": "zerolayer_canary_kl",
+    "canary_kl_limit": "zerolayer_canary_kl_limit",
+    "canary_flag": "zerolayer_canary_flag",
+    "prefix_cache_hit_rate": "zerolayer_prefix_cache_hit_rate",
+}
+
+
+def _signals(fam: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, dict[str, Any]]:
+    """Per tier, the production signals /metrics has (absent ones left out)."""
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for key, name in _GAUGES.items():
+        for labels, value in fam.get(name, []):
+            out[labels["tier"]][key] = value
+    for key, name in (
+        ("sparsity", "zerolayer_activation_sparsity"),
+        ("calibrated", "zerolayer_activation_sparsity_calibrated"),
+    ):
+        per: dict[str, list[float]] = defaultdict(list)
+        for labels, value in fam.get(name, []):
+            per[labels["tier"]].append(value)
+        for tier, values in per.items():
+            out[tier][key] = sum(values) / len(values)  # mean over the layers
+    return dict(out)
 
 
 def _ms(v: float | None) -> str:
@@ -111,7 +150,36 @@ def render(summary: dict[str, dict[str, Any]]) -> str:
             f"{_ms(s['tpot_p50_s']) + '/' + _ms(s['tpot_p95_s']):>16s} "
             f"{_ms(s['queue_wait_s']):>8s} {s['shed']:5d}"
         )
+    signals = {t: s["signals"] for t, s in summary.items() if s.get("signals")}
+    if signals:
+        lines += ["", _signals_table(signals)]
     return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.1f}"
+
+
+def _signals_table(signals: dict[str, dict[str, Any]]) -> str:
+    """The production signals, one row per tier that has any (percent; ! = flagged)."""
+    rows = [
+        f"{'tier':28s} {'sparsity % live/cal':>19s} {'drift pts':>9s} "
+        f"{'skip % (band)':>20s} {'canary KL/limit':>16s} {'prefix hit %':>12s}"
+    ]
+    for tier, s in signals.items():
+        drift = s.get("drift_max_points")
+        skip = _pct(s.get("skip_rate"))
+        if "skip_band_low" in s:
+            skip += f" ({_pct(s['skip_band_low'])}-{_pct(s['skip_band_high'])})"
+        kl = "-" if "canary_kl" not in s else f"{s['canary_kl']:.3f}/{s['canary_kl_limit']:.2f}"
+        rows.append(
+            f"{tier:28s} {_pct(s.get('sparsity')) + '/' + _pct(s.get('calibrated')):>19s} "
+            f"{'-' if drift is None else f'{drift:.1f}':>8s}{'!' if s.get('drift_flag') else ' '} "
+            f"{skip:>19s}{'!' if s.get('skip_flag') else ' '} "
+            f"{kl:>15s}{'!' if s.get('canary_flag') else ' '} "
+            f"{_pct(s.get('prefix_cache_hit_rate')):>12s}"
+        )
+    return "\n".join(rows)
 
 
 def fetch_status(url: str, timeout_s: float = 10.0) -> tuple[dict[str, Any], str]:

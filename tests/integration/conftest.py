@@ -15,6 +15,14 @@ from zerolayer.store.embedded import EmbeddedRedis
 from tests.conftest import free_port, setup_budget
 
 ADMIN_KEY = "zla-integration-admin"
+MONITORING = {
+    "sample_rate": 0.5,
+    "bucket_s": 3,
+    "flush_s": 0.5,
+    "window_buckets": 5,
+    "history_buckets": 40,
+    "canary_interval_s": 86400.0,
+}
 BODY_TIMEOUT_S = 3.0
 TIGHT = PlanConfig(
     tiers=["baseline", "masked", "sparse24"],
@@ -51,6 +59,8 @@ def platform(
             "tokenfix": base_config.tokenfix.model_copy(update={"in_gateway": False}),
             # a short body timeout, so the slow-body test waits seconds, not the default 30
             "gateway": base_config.gateway.model_copy(update={"body_timeout_s": BODY_TIMEOUT_S}),
+            # live signals in short buckets, every other step sampled, the canary on demand
+            "monitoring": base_config.monitoring.model_copy(update=MONITORING),
         }
     )
     with setup_budget(2400):

@@ -288,3 +288,90 @@ def test_status_command_shows_each_tier_that_answered(platform: Platform) -> Non
         timeout=120,
     )
     assert gone.returncode == 1 and "no platform answers" in gone.stderr
+
+
+def _gauges(p: Platform, name: str) -> dict[str, float]:
+    """{tier: value} of one per-tier gauge on /metrics now."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://{p.cfg.host}:{p.cfg.port}/metrics", timeout=30).text
+    return {
+        s.labels["tier"]: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and "layer" not in s.labels
+    }
+
+
+def test_live_signals_follow_the_input_and_the_canary_measures_every_tier(
+    platform: Platform,
+) -> None:
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.integration.conftest import ADMIN_KEY, MONITORING
+
+    tier = "smollm2-135m:dynamic"
+    bucket = float(MONITORING["bucket_s"])
+
+    def ask(text: str) -> None:
+        body = {"model": tier, "prompt": text, "max_tokens": 4}
+        assert post(platform, "/completions", body).status_code == 200
+
+    # plain prose over several buckets: the skip rate's usual band
+    prose = [
+        "The history of the city begins in the twelfth century, when merchants settled there.",
+        "Bees carry pollen from flower to flower, and many crops depend on them.",
+        "The library opens at nine and closes at six; on Sundays it stays closed.",
+        "A good map shows the roads, the rivers and the hills of a region.",
+        "Winter came early that year, and the lake froze before the end of November.",
+    ]
+    for text in prose:
+        ask(text)
+        time.sleep(bucket)
+
+    def gauge(name: str) -> float | None:
+        return _gauges(platform, name).get(tier)
+
+    deadline = time.monotonic() + 60
+    while gauge("zerolayer_skip_rate_flag") is None:
+        assert time.monotonic() < deadline, "no skip rate on /metrics"
+        time.sleep(0.5)
+    calm, high = gauge("zerolayer_skip_rate"), gauge("zerolayer_skip_rate_band_high")
+    assert calm is not None and high is not None and calm <= high
+    assert gauge("zerolayer_activation_drift_max_points") is not None
+    assert gauge("zerolayer_live_sampled_tokens")
+    # only a tier with thresholds has a skip rate
+    assert "smollm2-135m:sparse24" not in _gauges(platform, "zerolayer_skip_rate")
+    # degenerate input (a character repeated, as a raw prompt): the skip rate leaves its band
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(ask, ["q" * 300, ">" * 300]))
+    deadline = time.monotonic() + 30
+    while (gauge("zerolayer_skip_rate") or 0.0) <= high:
+        assert time.monotonic() < deadline, (calm, high, gauge("zerolayer_skip_rate"))
+        time.sleep(0.3)
+    assert gauge("zerolayer_skip_rate_flag") == 1
+    # the canary, run now: every tier against the baseline, on /metrics and the tier cards
+    url = f"http://{platform.cfg.host}:{platform.cfg.port}"
+    run = httpx.post(
+        f"{url}/admin/canary", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=300
+    )
+    assert run.status_code == 200, run.text
+    result = run.json()["tiers"]
+    for name in ("baseline", "masked", "dynamic", "sparse24"):
+        row = result[f"smollm2-135m:{name}"]
+        assert "kl" in row and row["positions"] > 100, row
+    assert result["smollm2-135m:baseline"]["kl"] < 1e-6
+    kl = _gauges(platform, "zerolayer_canary_kl")
+    assert kl[tier] == pytest.approx(result[tier]["kl"]) and kl[tier] > 0
+    models = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {platform.key}"})
+    cards = {m["id"]: m.get("tier_card") or {} for m in models.json()["data"]}
+    assert cards[tier]["monitoring"]["canary"]["kl"] == pytest.approx(result[tier]["kl"])
+    assert cards[tier]["monitoring"]["skip_flag"] in (True, False)
+    # vLLM tiers report their prefix cache (queried tokens) instead of a probe
+    body = {"model": "smollm2-135m:baseline", "messages": FRANCE, "max_tokens": 2}
+    assert post(platform, "/chat/completions", body).status_code == 200
+    deadline = time.monotonic() + 30
+    while "smollm2-135m:baseline" not in _gauges(platform, "zerolayer_prefix_cache_hit_rate"):
+        assert time.monotonic() < deadline, "no prefix cache hit rate for the vLLM tier"
+        time.sleep(0.3)

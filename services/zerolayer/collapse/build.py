@@ -18,6 +18,7 @@ A tier's card is written last: a folder without one is an unfinished build.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -37,6 +38,7 @@ from zerolayer.collapse.model import decoder_layers, load_model
 from zerolayer.collapse.progress import bar
 from zerolayer.collapse.reconstruct import gram_matrices, swapped, swapped_named
 from zerolayer.collapse.recover import distill
+from zerolayer.collapse.reference import live_reference
 from zerolayer.collapse.silence_map import SilenceMap
 from zerolayer.collapse.verify import BUDGET_OF
 from zerolayer.config import CollapseConfig
@@ -108,7 +110,17 @@ class Builder:
             folder = self._map.save(self.out / "silence_map")
             draw_png(self._map, folder / "silence_map.png")
             draw_html(self._map, folder / "silence_map.html")
+            ref = self.live_reference("dense", None)
+            (folder / "live_reference.json").write_text(json.dumps(ref, indent=1) + "\n")
         return self._map
+
+    def live_reference(self, kind: str, folder: Path | None) -> dict[str, Any]:
+        """The calibrated side of a tier's live signals (collapse.reference), against the
+        silence map's per-layer thresholds on down_proj's inputs."""
+        smap = self.silence_map()
+        q = smap.meta.get("quantile", self.s.quantile)
+        thresholds = smap.stats["mlp"].thresholds(q).tolist()
+        return live_reference(self.model_dir, kind, folder, thresholds, self.val_windows)
 
     def grams(self) -> list[torch.Tensor]:
         """Per layer, the Gram matrix of the MLP intermediate on the calibration windows."""
@@ -146,6 +158,7 @@ class Builder:
                 "seed": self.s.seed,
             },
         }
+        card["live_reference"] = self.live_reference(tier, folder)
         card["bytes_on_disk"] = _bytes(folder)
         return write_card(folder, card)
 

@@ -3,7 +3,8 @@ variables, then CLI flags, and passed down. No other module reads os.environ.
 
   models.py           served models, their tiers and the collapse compiler's settings
   plans.py            customer plans: tiers, prices, limits, priority
-  services.py         Redis, Ray, gateway, tokenfix, chunker, the torch engine's kernels
+  services.py         Redis, Ray, gateway, tokenfix, chunker, the torch engine's kernels,
+                      monitoring (the live signals of collapsed tiers)
   platform_config.py  PlatformConfig, the whole
   loader.py           load_config: files, then environment, then flags
 """
@@ -25,6 +26,7 @@ from zerolayer.config.services import (
     ChunkerConfig,
     GatewayConfig,
     KernelConfig,
+    MonitoringConfig,
     RayConfig,
     RedisConfig,
     TokenfixConfig,
@@ -48,6 +50,7 @@ __all__ = [
     "ChunkerConfig",
     "TokenfixConfig",
     "KernelConfig",
+    "MonitoringConfig",
     "PlatformConfig",
     "default_platform_dir",
     "default_cache_dir",

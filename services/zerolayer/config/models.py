@@ -144,6 +144,11 @@ class TierConfig(Strict):
     fake_script: list[str] | None = Field(
         default=None, description="Tokens a fake engine replies with (tests only)"
     )
+    canary_kl_limit: float | None = Field(
+        default=None,
+        gt=0,
+        description="The canary's KL limit for this tier (None: monitoring.canary_kl_limit)",
+    )
 
     @model_validator(mode="after")
     def _engine_serves_artifact(self) -> TierConfig:

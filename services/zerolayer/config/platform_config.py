@@ -13,6 +13,7 @@ from zerolayer.config.services import (
     ChunkerConfig,
     GatewayConfig,
     KernelConfig,
+    MonitoringConfig,
     RayConfig,
     RedisConfig,
     TokenfixConfig,
@@ -59,6 +60,9 @@ class PlatformConfig(Strict):
     )
     kernels: KernelConfig = Field(
         default_factory=KernelConfig, description="The torch engine's compiled CPU kernels"
+    )
+    monitoring: MonitoringConfig = Field(
+        default_factory=MonitoringConfig, description="Production signals of collapsed tiers"
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

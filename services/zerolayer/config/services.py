@@ -172,3 +172,64 @@ class KernelConfig(Strict):
         default_factory=lambda: ["-O3", "-march=native"],
         description="Optimisation flags (OpenMP and shared-library flags are always added)",
     )
+
+
+class MonitoringConfig(Strict):
+    """The production signals of collapsed tiers (on /metrics and in `zerolayer status`):
+    activation sparsity sampled from real steps against its calibrated value, the dynamic tier's
+    skip rate, a background canary's KL against the baseline tier, and the engines' prefix
+    cache hit rate."""
+
+    sample_rate: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Share of decode steps (and of prefills) the torch engine runs under its "
+        "probe; 0 turns sampling off (docs/benchmarks.md measures what it costs)",
+    )
+    bucket_s: int = Field(
+        default=60, ge=1, description="Width of a time bucket of the live counts (per minute)"
+    )
+    window_buckets: int = Field(
+        default=5, ge=1, description="Buckets the live activation sparsity is measured over"
+    )
+    history_buckets: int = Field(
+        default=60, ge=3, description="Buckets the skip rate's usual band is taken from"
+    )
+    retention_s: int = Field(default=7200, ge=60, description="How long live counts are kept")
+    flush_s: float = Field(
+        default=5.0, gt=0, description="How often a replica writes its live counts to Redis"
+    )
+    drift_limit_points: float = Field(
+        default=3.0,
+        gt=0,
+        description="Flag a layer whose live sparsity is this far (percentage "
+        "points) from its calibrated value",
+    )
+    skip_band_points: float = Field(
+        default=5.0, ge=0, description="Slack (percentage points) around the skip rate's band"
+    )
+    min_history: int = Field(
+        default=3,
+        ge=1,
+        description="Earlier buckets with traffic the band needs; before that "
+        "the band is the calibrated skip rate plus and minus 2 x skip_band_points",
+    )
+    canary_interval_s: float = Field(
+        default=900.0, gt=0, description="How often one gateway replica runs the canary"
+    )
+    canary_kl_limit: float = Field(
+        default=0.08, gt=0, description="Flag a tier whose canary KL against baseline is over"
+    )
+    canary_top_k: int = Field(
+        default=20,
+        ge=2,
+        le=20,
+        description="Top tokens per position the canary KL compares (vLLM returns at most 20)",
+    )
+    canary_defer_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="torch engine: how long the canary waits for an idle "
+        "moment before it runs between steps",
+    )

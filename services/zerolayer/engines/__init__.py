@@ -9,7 +9,7 @@ from zerolayer.engines.base import Engine, SamplingSpec, TokenDelta
 from zerolayer.engines.fake import FakeEngine
 
 if TYPE_CHECKING:
-    from zerolayer.config import KernelConfig, TierConfig
+    from zerolayer.config import KernelConfig, MonitoringConfig, TierConfig
 
 __all__ = ["Engine", "SamplingSpec", "TokenDelta", "FakeEngine", "build_engine"]
 
@@ -20,9 +20,12 @@ def build_engine(
     max_model_len: int,
     artifact_dir: str | None = None,
     kernels: KernelConfig | None = None,
+    monitoring: MonitoringConfig | None = None,
+    live_thresholds: list[float] | None = None,
 ) -> Engine:
     """The engine a tier's config names, loading the tier's artifact from artifact_dir (the
-    torch engine builds its CPU kernels as `kernels` says)."""
+    torch engine builds its CPU kernels as `kernels` says, and samples its steps for the live
+    signals as `monitoring` says, against the per-layer `live_thresholds`)."""
     if tier.engine == "fake":
         return FakeEngine(tier.fake_script)
     if tier.engine == "torch":
@@ -45,6 +48,9 @@ def build_engine(
             device_budget_gib=tier.device_budget_gib,
             sparse_min_tokens=tier.sparse_min_tokens,
             compiler=compiler,
+            live_sample_rate=monitoring.sample_rate if monitoring else 0.0,
+            live_thresholds=live_thresholds,
+            job_defer_s=monitoring.canary_defer_s if monitoring else 30.0,
         )
     from zerolayer.engines.vllm_engine import VLLMEngine
 

@@ -26,7 +26,8 @@ class TokenDelta:
 
 @runtime_checkable
 class Engine(Protocol):
-    """start, generate (async token stream with a finish reason), check_health, stats, info."""
+    """start, generate (async token stream with a finish reason), check_health, stats, signals,
+    canary, info."""
 
     async def start(self) -> None:
         """Load the model; return when the engine can serve."""
@@ -39,6 +40,19 @@ class Engine(Protocol):
 
     async def stats(self) -> dict[str, Any]:
         """Counters for /metrics and the model card."""
+
+    async def signals(self) -> dict[str, Any]:
+        """What the engine measured of its own traffic since the last call (then zeroed), for
+        the production signals: `decode`/`prefill` (sampled activation counts, the torch
+        engine's Probe.drain) and `prefix_cache` ({queries, hits} in tokens, where the engine
+        keeps a prefix cache)."""
+
+    async def canary(
+        self, texts: list[str], top_k: int = 20, max_tokens: int = 128
+    ) -> list[dict[str, Any]]:
+        """Per text, teacher forced at low priority: `tokens` and, for every position after the
+        first, `top_ids`/`top_logprobs` of the next-token distribution ([] where the engine
+        cannot score)."""
 
     def info(self) -> dict[str, Any]:
         """How the engine runs the tier on this machine, for the tier card: engine, device,

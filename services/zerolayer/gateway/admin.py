@@ -1,5 +1,5 @@
-"""The admin API under /admin: create, list, revoke and re-plan API keys. Guarded by the admin
-key (its SHA-256 is in the gateway config; the key itself never is)."""
+"""The admin API under /admin: create, list, revoke and re-plan API keys; run the canary now.
+Guarded by the admin key (its SHA-256 is in the gateway config; the key itself never is)."""
 
 from __future__ import annotations
 
@@ -87,5 +87,14 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         store = guard(request)
         body = await read_json(request, ChangePlanRequest, max_bytes, timeout)
         return (await call(store.set_plan, key_id, plan_of(body.plan))).public()
+
+    @router.post("/canary")
+    async def run_canary(request: Request) -> dict[str, Any]:
+        """Run the canary now (it also runs every monitoring.canary_interval_s): per ready
+        tier, its KL against the baseline tier, the limit and whether it is over."""
+        guard(request)
+        if parts.canary is None:
+            raise InvalidRequest("this gateway runs no canary")
+        return {"object": "canary", "tiers": await parts.canary.run()}
 
     return router

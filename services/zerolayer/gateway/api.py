@@ -23,6 +23,7 @@ from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import chunks_router
 from zerolayer.gateway.flow import Flow
 from zerolayer.gateway.http import authorise, error_response, read_json, validation_message
+from zerolayer.gateway.live import render_live
 from zerolayer.gateway.openapi import body_schema, install_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import (
@@ -55,7 +56,11 @@ def create_app(parts: GatewayParts) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         flow.start()  # lease renewal and the sweep run from the start, not from a first request
+        if parts.canary is not None:
+            parts.canary.start()
         yield
+        if parts.canary is not None:
+            await parts.canary.close()
         # shutdown: settle what is pending (bounded) before the replica goes
         await flow.close(cfg.gateway.drain_s)
 
@@ -114,6 +119,9 @@ def create_app(parts: GatewayParts) -> FastAPI:
         states = await flow.states() or {}
         ready = [t for t in catalog.served() if state_of(states, t).ready]
         cards = await parts.backend.cards(ready)
+        if parts.live is not None:  # the live signals' verdicts go on each card
+            report = await parts.live.report([str(t) for t in cards])
+            cards = {t: {**c, "monitoring": report.get(str(t), {})} for t, c in cards.items()}
         return {"object": "list", "data": catalog.cards(int(time.time()), cards, states)}
 
     @app.get("/healthz")
@@ -125,6 +133,8 @@ def create_app(parts: GatewayParts) -> FastAPI:
     async def metrics() -> PlainTextResponse:
         waits = {str(t): flow.admission.wait_s(str(t)) for t in catalog.served()}
         text = await parts.metrics.render({"zerolayer_queue_wait_seconds": waits})
+        if parts.live is not None:
+            text += render_live(await parts.live.report([str(t) for t in catalog.served()]))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     app.include_router(chunks_router(parts, catalog, flow))

@@ -15,8 +15,10 @@ from ray.serve.handle import DeploymentHandle
 
 from zerolayer.config import PlatformConfig
 from zerolayer.gateway.api import create_app
+from zerolayer.gateway.canary import CanaryRunner
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.live import LiveSignals
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.protocol import (
@@ -108,6 +110,9 @@ class HandleBackend:
     async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
         return await self._handle(target).complete.remote(spec)
 
+    async def canary(self, target: Target, texts: list[str], top_k: int) -> list[dict[str, Any]]:
+        return await self._handle(target).canary.remote(texts, top_k)
+
     async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
         """These tiers' cards, each asked of one of its replicas once and then kept (a tier's
         artifact and engine do not change while the application runs); a tier that does not
@@ -152,7 +157,14 @@ class GatewayDeployment:
             metrics=Metrics(self.redis),
             keys=KeyStore(sync_client(self.config.redis)),
             tiers=self.tiers,
+            live=LiveSignals(self.redis, self.config.monitoring),
+            canary=CanaryRunner(self.redis, self.config, self.backend.canary, self._ready),
         )
+
+    async def _ready(self) -> list[Target]:
+        """The served tiers that are ready now."""
+        states = await self.tiers.states()
+        return [t for t in Catalog(self.config).served() if state_of(states, t).ready]
 
     async def _health(self) -> dict[str, Any]:
         try:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from zerolayer.config import PlatformConfig
 from zerolayer.gateway.http import KeyLookup
 from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.live import LiveSignals
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.protocol import (
     ChunkOptions,
@@ -54,6 +55,9 @@ class Backend(Protocol):
     async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
         """Tier cards of these served tiers, of those that answered."""
 
+    async def canary(self, target: Target, texts: list[str], top_k: int) -> list[dict[str, Any]]:
+        """A tier's next-token distributions over the canary texts (Engine.canary)."""
+
 
 @dataclass
 class GatewayParts:
@@ -67,6 +71,8 @@ class GatewayParts:
     metrics: Metrics
     keys: KeyStore | None = None  # the admin API's key store (synchronous; admin calls are rare)
     tiers: AsyncTierBoard | None = None  # which tiers are ready; None: all of them
+    live: LiveSignals | None = None  # the production signals for /metrics and the tier cards
+    canary: Any = None  # the CanaryRunner (gateway.canary) this replica runs in the background
 
 
 async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:

@@ -3,6 +3,7 @@ artifact, and its tier card (quality measured by the collapse compiler)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from zerolayer.artifacts import read_card
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 
-__all__ = ["require_artifact", "tier_card"]
+__all__ = ["require_artifact", "tier_card", "live_reference"]
 
 
 def require_artifact(cfg: PlatformConfig, model: str, tier: str) -> Path | None:
@@ -41,3 +42,24 @@ def tier_card(cfg: PlatformConfig, model: str, tier: str) -> dict[str, Any]:
         card = read_card(folder)
     card.pop("tier", None)
     return {"tier": tier, "artifact": tc.artifact, **card}
+
+
+def live_reference(cfg: PlatformConfig, model: str, card: dict[str, Any]) -> dict[str, Any]:
+    """What a tier's live signals are measured against: the silence map's per-layer |a|
+    thresholds on down_proj's inputs, with the tier's calibrated sparsity and skip rate (its
+    card's `live_reference`; for the dense model the silence map's own). An artifact built
+    before cards carried them gets the thresholds alone (no calibrated figures: no drift), and
+    a model without a silence map gets nothing ({})."""
+    if card.get("live_reference"):
+        return dict(card["live_reference"])
+    folder = cfg.artifact_root(model) / "silence_map"
+    if card.get("method") == "dense":
+        try:
+            return dict(json.loads((folder / "live_reference.json").read_text()))
+        except (OSError, ValueError):
+            pass
+    try:
+        thresholds = json.loads((folder / "silence_map.json").read_text())["mlp"]["thresholds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {"thresholds": thresholds, "sparsity": None, "skip_rate": None}

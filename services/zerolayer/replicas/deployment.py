@@ -10,8 +10,10 @@ from ray import serve
 from zerolayer.config import PlatformConfig
 from zerolayer.engines import build_engine
 from zerolayer.protocol import End, Failed, ReplicaEvent, SamplingSpec
-from zerolayer.replicas.artifacts import require_artifact, tier_card
+from zerolayer.replicas.artifacts import live_reference, require_artifact, tier_card
 from zerolayer.replicas.core import TierReplica
+from zerolayer.replicas.live import LiveRecorder
+from zerolayer.store.connect import async_client
 
 __all__ = ["TierDeployment"]
 
@@ -27,15 +29,27 @@ class TierDeployment:
         tc = mcfg.tiers[tier]
         # a missing artifact fails the replica here, at deploy time, naming the folder
         folder = require_artifact(cfg, model, tier)
+        card = tier_card(cfg, model, tier)
+        reference = live_reference(cfg, model, card)
         engine = build_engine(
-            model_dir, tc, mcfg.max_model_len, str(folder) if folder else None, cfg.kernels
+            model_dir,
+            tc,
+            mcfg.max_model_len,
+            str(folder) if folder else None,
+            cfg.kernels,
+            cfg.monitoring,
+            reference.get("thresholds"),
         )
         from transformers import AutoTokenizer
 
         vocab = len(AutoTokenizer.from_pretrained(model_dir))
         self.replica = TierReplica(f"{model}:{tier}", engine, vocab, mcfg.max_model_len)
         await self.replica.start()
-        self.replica.card = {**tier_card(cfg, model, tier), "serving": engine.info()}
+        self.replica.card = {**card, "serving": engine.info()}
+        self.live = LiveRecorder(
+            async_client(cfg.redis), f"{model}:{tier}", engine, reference, cfg.monitoring
+        )
+        self.live.start()
 
     async def stream(self, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
         """Events of one request (streamed through the handle)."""
@@ -57,6 +71,10 @@ class TierDeployment:
     async def stats(self) -> dict[str, Any]:
         """Engine counters."""
         return await self.replica.engine.stats()
+
+    async def canary(self, texts: list[str], top_k: int) -> list[dict[str, Any]]:
+        """The engine's next-token distributions over the canary texts (low priority)."""
+        return await self.replica.engine.canary(texts, top_k)
 
 
 def tier_deployment(

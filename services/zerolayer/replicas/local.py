@@ -56,3 +56,6 @@ class LocalBackend:
 
     async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
         return {t: self.replicas[t].card for t in targets if t in self.replicas}
+
+    async def canary(self, target: Target, texts: list[str], top_k: int) -> list[dict[str, Any]]:
+        return await self.replicas[target].engine.canary(texts, top_k)

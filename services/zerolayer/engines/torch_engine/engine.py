@@ -28,12 +28,24 @@ from zerolayer.engines.base import SamplingSpec, TokenDelta
 from zerolayer.engines.torch_engine.cache import SlotCache
 from zerolayer.engines.torch_engine.kernels import Compiler
 from zerolayer.engines.torch_engine.model import load_llama
+from zerolayer.engines.torch_engine.probe import Probe
 
 __all__ = ["TorchEngine"]
 
 log = logging.getLogger(__name__)
 
 _GREEDY_BELOW = 1e-5
+
+
+@dataclass
+class _Job:
+    """Low-priority work on the worker thread (the canary): run when no request is running or
+    waiting, or between steps once it has waited `defer_s`."""
+
+    run: Any  # callable returning the result
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -80,6 +92,9 @@ class TorchEngine:
         offload_layers: int | None = None,
         sparse_min_tokens: int = 256,
         compiler: Compiler | None = None,
+        live_sample_rate: float = 0.0,
+        live_thresholds: list[float] | None = None,
+        job_defer_s: float = 30.0,
     ):
         self.model_dir = model_dir
         self.artifact = artifact
@@ -100,13 +115,20 @@ class TorchEngine:
         self.model: Any = None
         self.tokenizer: Any = None
         self.eos: set[int] = set()
-        self._inbox: queue.Queue[_Request | None] = queue.Queue()
+        self._inbox: queue.Queue[_Request | _Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         # held while a request is queued and while a failed loop drains the queue, so no
         # request can be queued unseen after the loop died
         self._queue_lock = threading.Lock()
         self.counters = {"requests": 0, "steps": 0, "prefills": 0, "generated": 0, "max_batch": 0}
+        self.live_thresholds = live_thresholds
+        self.set_sample_rate(live_sample_rate)
+        self.job_defer_s = job_defer_s
+        self._probe: Probe | None = None
+        self._live_lock = threading.Lock()
+        self._live: dict[str, dict[str, Any]] = {}
+        self._jobs: list[_Job] = []
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -161,6 +183,7 @@ class TorchEngine:
         tok_dir = self.artifact_dir if self.artifact == "pruned" else self.model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
         self.eos = _eos_ids(Path(str(tok_dir)), self.tokenizer)
+        self._probe = Probe(self.live_thresholds, self.model.shape.layers)
 
     async def shutdown(self) -> None:
         if self._thread is not None:
@@ -174,6 +197,46 @@ class TorchEngine:
             raise RuntimeError("engine not started")
         if self._failure is not None or not self._thread.is_alive():
             raise RuntimeError(f"engine loop stopped: {self._failure!r}")
+
+    def set_sample_rate(self, rate: float) -> None:
+        """Run every round(1 / rate)-th decode step and prefill under the probe (0: none)."""
+        self._every = round(1 / rate) if rate > 0 else 0
+
+    async def signals(self) -> dict[str, Any]:
+        """What the sampled passes saw since the last call (then zeroed): per phase (decode,
+        prefill) the probe's counts (Probe.drain), and the sampling rate."""
+        with self._live_lock:
+            live, self._live = self._live, {}
+        return {"sample_rate": 1 / self._every if self._every else 0.0, **live}
+
+    async def canary(
+        self, texts: list[str], top_k: int = 20, max_tokens: int = 128
+    ) -> list[dict[str, Any]]:
+        """Per text (its first max_tokens tokens, teacher forced): the tokens and, for each
+        position after the first, the top_k most likely token ids with their log-probabilities.
+        Low priority: the worker runs it when no request is running or waiting, or between
+        steps once it has waited job_defer_s."""
+        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"][:max_tokens] for t in texts]
+        return await self._submit(lambda: [self._score(x, top_k) for x in ids if len(x) > 1])
+
+    def _score(self, ids: list[int], top_k: int) -> dict[str, Any]:
+        cache = SlotCache(self.model.shape, self.dtype, self.device, len(ids))
+        cache.ensure(1, len(ids))
+        logits = self.model.prefill(ids, 0, cache, every_position=True)[:-1]
+        top = torch.log_softmax(logits.float(), -1).topk(top_k, -1)
+        return {"tokens": ids, "top_ids": top.indices.tolist(), "top_logprobs": top.values.tolist()}
+
+    async def _submit(self, run: Any) -> Any:
+        """Run `run()` on the worker thread as a low-priority job; its result."""
+        if self._thread is None:
+            raise RuntimeError("engine not started")
+        loop = asyncio.get_running_loop()
+        job = _Job(run, loop, loop.create_future())
+        with self._queue_lock:
+            if self._failure is not None:
+                raise RuntimeError(f"engine loop stopped: {self._failure!r}")
+            self._inbox.put(job)
+        return await job.done
 
     async def stats(self) -> dict[str, Any]:
         report = self.model.report.as_dict() if self.model is not None else {}
@@ -232,8 +295,9 @@ class TorchEngine:
         waiting: list[_Request] = []
         try:
             while True:
-                if not self._take(waiting, block=not running and not waiting):
+                if not self._take(waiting, block=not running and not waiting and not self._jobs):
                     break
+                self._run_job(idle=not running and not waiting)
                 self._admit(waiting, running, cache)
                 running[:] = self._drop(running, cache)
                 if running:
@@ -249,10 +313,15 @@ class TorchEngine:
                         item = self._inbox.get_nowait()
                     except queue.Empty:
                         break
-                    if item is not None:
+                    if isinstance(item, _Job):
+                        self._jobs.append(item)
+                    elif item is not None:
                         late.append(item)
             for req in running + waiting + late:
                 req.send(RuntimeError(f"engine failure: {exc!r}"))
+            for job in self._jobs:
+                _settle(job, None, RuntimeError(f"engine failure: {exc!r}"))
+            self._jobs.clear()
 
     def _take(self, waiting: list[_Request], block: bool) -> bool:
         """Move new requests into waiting; False when asked to stop."""
@@ -263,11 +332,43 @@ class TorchEngine:
         while True:
             if item is None:
                 return False
-            waiting.append(item)
+            if isinstance(item, _Job):
+                self._jobs.append(item)
+            else:
+                waiting.append(item)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return True
+
+    def _run_job(self, idle: bool) -> None:
+        """The oldest low-priority job, when the engine is idle or the job waited too long."""
+        if not self._jobs:
+            return
+        job = self._jobs[0]
+        if not idle and time.monotonic() - job.queued_at < self.job_defer_s:
+            return
+        self._jobs.pop(0)
+        try:
+            result = job.run()
+        except Exception as exc:  # reported to the job's caller; the loop goes on
+            _settle(job, None, exc)
+            return
+        _settle(job, result, None)
+
+    def _sampled(self, counter: str) -> Probe | None:
+        """The probe when this step (counted by `counter`) is one of the sampled ones."""
+        if self._probe is None or not self._every or self.counters[counter] % self._every:
+            return None
+        return self._probe
+
+    def _keep(self, phase: str, probe: Probe | None) -> None:
+        """Move a sampled pass's counts to where signals() collects them."""
+        if probe is None:
+            return
+        counts = probe.drain()
+        with self._live_lock:
+            self._live[phase] = Probe.merge(self._live.get(phase), counts)
 
     def _admit(self, waiting: list[_Request], running: list[_Request], cache: Any) -> None:
         budget = self.prefill_tokens
@@ -284,7 +385,9 @@ class TorchEngine:
             req.queue_s = time.monotonic() - req.queued_at
             slot = len(running)
             cache.ensure(slot + 1, min(longest, self.max_model_len))
-            logits = self.model.prefill(req.spec.prompt_token_ids, slot, cache)
+            probe = self._sampled("prefills")
+            logits = self.model.prefill(req.spec.prompt_token_ids, slot, cache, probe)
+            self._keep("prefill", probe)
             self.counters["prefills"] += 1
             req.position = n
             running.append(req)
@@ -294,7 +397,9 @@ class TorchEngine:
     def _decode(self, running: list[_Request], cache: Any) -> None:
         tokens = [r.output[-1] for r in running]
         positions = [r.position for r in running]
-        logits = self.model.decode(tokens, positions, cache)
+        probe = self._sampled("steps")
+        logits = self.model.decode(tokens, positions, cache, probe)
+        self._keep("decode", probe)
         self.counters["steps"] += 1
         self.counters["max_batch"] = max(self.counters["max_batch"], len(running))
         greedy = logits.argmax(-1).tolist()
@@ -354,6 +459,20 @@ class TorchEngine:
             req.finished = True
         first = len(req.output) == 1
         req.send(TokenDelta(new, [token], finish, req.queue_s if first else None))
+
+
+def _settle(job: _Job, result: Any, exc: BaseException | None) -> None:
+    """Hand a job's result (or failure) to its caller's event loop."""
+
+    def done() -> None:
+        if job.done.done():  # the caller gave up waiting
+            return
+        if exc is None:
+            job.done.set_result(result)
+        else:
+            job.done.set_exception(exc)
+
+    job.loop.call_soon_threadsafe(done)
 
 
 def _decode_window(tokenizer: Any, req: _Request, flush: bool) -> str:

@@ -30,6 +30,7 @@ from zerolayer.engines.torch_engine import kernels
 from zerolayer.engines.torch_engine.cache import SlotCache
 from zerolayer.engines.torch_engine.checkpoint import Shape, read_tier
 from zerolayer.engines.torch_engine.kernels import SparseInputKernel
+from zerolayer.engines.torch_engine.probe import Probe
 from zerolayer.engines.torch_engine.weights import Layer, LayerStore, Proj, sparse_hw_available
 
 __all__ = ["LoadReport", "LlamaModel", "load_llama"]
@@ -49,10 +50,19 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rot * sin
 
 
-def _split(projs: list[Proj], x: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+def _apply(p: Proj, x: torch.Tensor, probe: Probe | None) -> torch.Tensor:
+    """p(x), its input counted by a sampled pass's probe."""
+    if probe is not None:
+        probe.inputs(p.threshold, x)
+    return p(x)
+
+
+def _split(
+    projs: list[Proj], x: torch.Tensor, sizes: list[int], probe: Probe | None
+) -> list[torch.Tensor]:
     if len(projs) == 1:
-        return list(projs[0](x).split(sizes, dim=-1))
-    return [p(x) for p in projs]
+        return list(_apply(projs[0], x, probe).split(sizes, dim=-1))
+    return [_apply(p, x, probe) for p in projs]
 
 
 @dataclass
@@ -245,40 +255,57 @@ class LlamaModel:
         return Proj(wd, to_sparse_semi_structured(wd), min_tokens)
 
     # forward -----------------------------------------------------------------------------------
-    def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
-        gate, up = _split(layer.gate_up, x, [layer.width, layer.width])
-        return layer.down(F.silu(gate) * up)
+    def _mlp(self, layer: Layer, x: torch.Tensor, i: int, probe: Probe | None) -> torch.Tensor:
+        gate, up = _split(layer.gate_up, x, [layer.width, layer.width], probe)
+        a = F.silu(gate) * up
+        if probe is not None:
+            probe.mlp(i, a)
+        return _apply(layer.down, a, probe)
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary tables of these positions, once per forward: [n, 1, head_dim] each."""
         return self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
 
     def _qkv(
-        self, layer: Layer, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+        self,
+        layer: Layer,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        probe: Probe | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.shape
         n = x.shape[0]
         if len(layer.qkv) == 1:  # fused: queries and keys rotate as one tensor
-            qkv = layer.qkv[0](x).view(n, s.heads + 2 * s.kv_heads, s.head_dim)
+            qkv = _apply(layer.qkv[0], x, probe).view(n, s.heads + 2 * s.kv_heads, s.head_dim)
             qk, v = qkv[:, : s.heads + s.kv_heads], qkv[:, s.heads + s.kv_heads :]
         else:
-            q, k, v = (p(x) for p in layer.qkv)
+            q, k, v = (_apply(p, x, probe) for p in layer.qkv)
             qk = torch.cat((q.view(n, s.heads, s.head_dim), k.view(n, s.kv_heads, s.head_dim)), 1)
             v = v.view(n, s.kv_heads, s.head_dim)
         qk = _rotate(qk, *rope)
         return qk[:, : s.heads], qk[:, s.heads :], v
 
     @torch.inference_mode()
-    def prefill(self, tokens: list[int], slot: int, cache: SlotCache) -> torch.Tensor:
-        """Run one new sequence's prompt into `slot`; logits of its last position [vocab]."""
+    def prefill(
+        self,
+        tokens: list[int],
+        slot: int,
+        cache: SlotCache,
+        probe: Probe | None = None,
+        every_position: bool = False,
+    ) -> torch.Tensor:
+        """Run one new sequence's prompt into `slot`; logits of its last position [vocab] (of
+        every position [t, vocab] with every_position). A probe counts what the pass saw."""
         s = self.shape
         t = len(tokens)
+        if probe is not None:
+            probe.step(t)
         rope = self._rope(torch.arange(t, device=self.device))
         x = self.embed[torch.tensor(tokens, device=self.device)]
         for i in range(s.layers):
             layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
-            q, k, v = self._qkv(layer, h, rope)
+            q, k, v = self._qkv(layer, h, rope, probe)
             cache.k[i][slot, :, :t] = k.transpose(0, 1)
             cache.v[i][slot, :, :t] = v.transpose(0, 1)
             a = F.scaled_dot_product_attention(
@@ -288,17 +315,28 @@ class LlamaModel:
                 is_causal=True,
                 enable_gqa=True,
             )
-            x = x + layer.o(a[0].transpose(0, 1).reshape(t, self.q_size))
-            x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps))
-        return self._logits(x[-1:])[0]
+            x = x + _apply(layer.o, a[0].transpose(0, 1).reshape(t, self.q_size), probe)
+            x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps), i, probe)
+        if every_position:
+            return self._logits(x, probe)
+        return self._logits(x[-1:], probe)[0]
 
     @torch.inference_mode()
-    def decode(self, tokens: list[int], positions: list[int], cache: SlotCache) -> torch.Tensor:
-        """One token for each of the sequences in slots 0..n-1; logits [n, vocab]."""
+    def decode(
+        self,
+        tokens: list[int],
+        positions: list[int],
+        cache: SlotCache,
+        probe: Probe | None = None,
+    ) -> torch.Tensor:
+        """One token for each of the sequences in slots 0..n-1; logits [n, vocab]. A sampled
+        step (probe given) runs with torch ops, which the probe can watch."""
         s = self.shape
         n = len(tokens)
-        if n == 1 and self._layers_c is not None:
+        if n == 1 and self._layers_c is not None and probe is None:
             return self._decode_one(tokens[0], positions[0], cache)
+        if probe is not None:
+            probe.step(n)
         pos = torch.tensor(positions, device=self.device)
         rows = torch.arange(n, device=self.device)
         length = max(positions) + 1
@@ -310,7 +348,7 @@ class LlamaModel:
         for i in range(s.layers):
             layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
-            q, k, v = self._qkv(layer, h, rope)
+            q, k, v = self._qkv(layer, h, rope, probe)
             kc, vc = cache.k[i], cache.v[i]
             kc[rows, :, pos] = k
             vc[rows, :, pos] = v
@@ -321,9 +359,9 @@ class LlamaModel:
                 attn_mask=visible,
                 enable_gqa=True,
             )
-            x = x + layer.o(a.reshape(n, self.q_size))
-            x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps))
-        return self._logits(x)
+            x = x + _apply(layer.o, a.reshape(n, self.q_size), probe)
+            x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps), i, probe)
+        return self._logits(x, probe)
 
     def _decode_one(self, token: int, pos: int, cache: SlotCache) -> torch.Tensor:
         """decode() for one sequence (slot 0) as one compiled call through every layer."""
@@ -337,12 +375,12 @@ class LlamaModel:
         kernel.decode_one(arr, dims, cache.capacity, pos, s.eps, self.cos[pos], self.sin[pos], x)
         return self._logits(x[None])
 
-    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+    def _logits(self, x: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
         """The output layer on the last layer's output x [n, hidden] (through its Proj where
         the tier thresholds its input: one token reads only the rows of the inputs that
         pass); [n, vocab]."""
         h = _rms(x, self.norm, self.shape.eps)
-        return self.head(h) if self.head is not None else F.linear(h, self.lm_head)
+        return _apply(self.head, h, probe) if self.head is not None else F.linear(h, self.lm_head)
 
 
 def load_llama(
