@@ -79,8 +79,8 @@ class VLLMEngine:
                 yield TokenDelta(comp.text, list(comp.token_ids), finish)
 
     async def signals(self) -> dict[str, Any]:
-        prefix, self._prefix = dict(self._prefix), self._prefix
-        self._prefix.update(queries=0, hits=0)
+        prefix = dict(self._prefix)
+        self._prefix.update(queries=0, hits=0)  # the stat logger keeps adding to this dict
         return {"sample_rate": 0.0, "prefix_cache": prefix}
 
     async def canary(

@@ -62,6 +62,7 @@ def topk_kl(reference: list[dict[str, Any]], tier: list[dict[str, Any]]) -> tupl
             ref["top_ids"], ref["top_logprobs"], got["top_ids"], got["top_logprobs"], strict=True
         ):
             q_of = dict(zip(q_ids, q_lp, strict=True))
+            in_ref = set(p_ids)
             floor = min(q_lp)
             kl, p_in, q_in = 0.0, 0.0, 0.0
             for tok, lp in zip(p_ids, p_lp, strict=True):
@@ -72,7 +73,7 @@ def topk_kl(reference: list[dict[str, Any]], tier: list[dict[str, Any]]) -> tupl
                 q_in += math.exp(lq)
             # the tier's mass outside the baseline's top k is at least that of its own top
             # tokens there (the floors above may overstate what it gives the baseline's)
-            outside = sum(math.exp(lq) for tok, lq in q_of.items() if tok not in set(p_ids))
+            outside = sum(math.exp(lq) for tok, lq in q_of.items() if tok not in in_ref)
             p_rest, q_rest = max(1.0 - p_in, 0.0), max(1.0 - q_in, outside, 1e-12)
             if p_rest > 1e-12:
                 kl += p_rest * math.log(p_rest / q_rest)
