@@ -135,10 +135,49 @@ def _cmd_keys_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _traffic(cfg: PlatformConfig, store: Any) -> Any:
+    from zerolayer.store.traffic import TrafficStore
+
+    return TrafficStore(store.client, cfg.traffic_sampling.retention_s)
+
+
 def _cmd_keys_revoke(args: argparse.Namespace) -> int:
-    with _key_store(_config(args)) as store:
+    cfg = _config(args)
+    with _key_store(cfg) as store:
         record = store.revoke(args.key_id)  # an unknown id is a ZerolayerError (exit 2)
-    print(f"revoked {record.key_id} (plan {record.plan}); every gateway refuses it now")
+        deleted = _traffic(cfg, store).purge(record.key_id)
+    print(
+        f"revoked {record.key_id} (plan {record.plan}); every gateway refuses it now; "
+        f"{deleted} kept prompts deleted"
+    )
+    return 0
+
+
+def _cmd_keys_sampling(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    value = {"on": True, "off": False, "plan": None}[args.setting]
+    with _key_store(cfg) as store:
+        record = store.set_sampling(args.key_id, value)
+        deleted = _traffic(cfg, store).purge(record.key_id) if value is False else 0
+    plan_default = cfg.plans[record.plan].sample_traffic if record.plan in cfg.plans else False
+    state = "kept" if record.samples(plan_default) else "not kept"
+    note = f"; {deleted} kept prompts deleted" if value is False else ""
+    print(f"{record.key_id}: prompts {state} for recalibration ({args.setting}){note}")
+    return 0
+
+
+def _cmd_keys_traffic(args: argparse.Namespace) -> int:
+    import json
+
+    cfg = _config(args)
+    with _key_store(cfg) as store:
+        store.get(args.key_id)  # an unknown id is a ZerolayerError (exit 2)
+        traffic = _traffic(cfg, store)
+        if args.delete:
+            print(f"{args.key_id}: {traffic.purge(args.key_id)} kept prompts deleted")
+            return 0
+        for e in traffic.entries(args.key_id):
+            print(json.dumps(e.public(), ensure_ascii=False))
     return 0
 
 
@@ -206,6 +245,18 @@ def _parser() -> argparse.ArgumentParser:
     revoke = keys.add_parser("revoke", help="revoke a key; gateways refuse it at once")
     revoke.add_argument("key_id", help="the key id (`keys list`)")
     revoke.set_defaults(func=_cmd_keys_revoke)
+    sampling = keys.add_parser(
+        "sampling", help="keep a sample of a key's prompts for recalibration, or not"
+    )
+    sampling.add_argument("key_id", help="the key id (`keys list`)")
+    sampling.add_argument(
+        "setting", choices=["on", "off", "plan"], help="off also deletes what was kept"
+    )
+    sampling.set_defaults(func=_cmd_keys_sampling)
+    traffic = keys.add_parser("traffic", help="the prompts kept of a key (JSON lines)")
+    traffic.add_argument("key_id", help="the key id (`keys list`)")
+    traffic.add_argument("--delete", action="store_true", help="delete them instead")
+    traffic.set_defaults(func=_cmd_keys_traffic)
     set_plan = keys.add_parser("set-plan", help="move a key to another plan")
     set_plan.add_argument("key_id", help="the key id (`keys list`)")
     set_plan.add_argument("--plan", required=True, help="plan name from platform/plans.yaml")

@@ -24,6 +24,7 @@ from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.local import LocalBackend
 from zerolayer.store.keys import AsyncKeyStore, KeyStore, hash_key
 from zerolayer.store.tiers import AsyncTierBoard
+from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
 from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix
 
@@ -113,12 +114,14 @@ def make_gateway(
         store: str | None = None,
         wrap: Callable[[Any], Any] | None = None,
         board: bool = False,
+        traffic: dict[str, Any] | None = None,
     ) -> Gateway:
         url = store or redis_url  # another Redis (with its credentials), for fault tests
         cfg = base_config.model_copy(
             update={
                 "plans": {**base_config.plans, **(plans or {})},
                 "chunker": base_config.chunker.model_copy(update=chunker or {}),
+                "traffic_sampling": base_config.traffic_sampling.model_copy(update=traffic or {}),
                 "gateway": base_config.gateway.model_copy(
                     update={"admin_key_sha256": hash_key(ADMIN_KEY), **(gateway or {})}
                 ),
@@ -147,6 +150,7 @@ def make_gateway(
             replicas.setdefault(t, TierReplica(str(t), FakeEngine(SCRIPT), vocab, 2048))
         backend = LocalBackend(replicas, tokenfix, chunking)
         aclient = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        ts = cfg.traffic_sampling
 
         async def health() -> dict[str, str]:
             await aclient.ping()
@@ -161,6 +165,8 @@ def make_gateway(
                 limiter=Limiter(aclient, cfg.gateway.concurrency_lease_s, clock=clock),
                 metrics=Metrics(aclient),
                 keys=KeyStore(sync),
+                traffic=AsyncTrafficStore(aclient, ts.retention_s, ts.max_per_key),
+                traffic_admin=TrafficStore(sync, ts.retention_s),
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
             )

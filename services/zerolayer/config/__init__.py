@@ -4,7 +4,8 @@ variables, then CLI flags, and passed down. No other module reads os.environ.
   models.py           served models, their tiers and the collapse compiler's settings
   plans.py            customer plans: tiers, prices, limits, priority
   services.py         Redis, Ray, gateway, tokenfix, chunker, the torch engine's kernels,
-                      monitoring (the live signals of collapsed tiers)
+                      monitoring (the live signals of collapsed tiers), traffic
+                      sampling (prompts kept for recalibration)
   platform_config.py  PlatformConfig, the whole
   loader.py           load_config: files, then environment, then flags
 """
@@ -30,6 +31,7 @@ from zerolayer.config.services import (
     RayConfig,
     RedisConfig,
     TokenfixConfig,
+    TrafficSamplingConfig,
 )
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "TokenfixConfig",
     "KernelConfig",
     "MonitoringConfig",
+    "TrafficSamplingConfig",
     "PlatformConfig",
     "default_platform_dir",
     "default_cache_dir",

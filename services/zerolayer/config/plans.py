@@ -56,6 +56,11 @@ class PlanConfig(Strict):
         description="Higher is served first under load: admission control sheds the lowest "
         "priorities first",
     )
+    sample_traffic: bool = Field(
+        default=False,
+        description="Keep a sample of this plan's prompts for recalibration (a key's own "
+        "setting wins); off unless the plan's customers agreed to it",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanConfig:

@@ -17,6 +17,7 @@ from zerolayer.config.services import (
     RayConfig,
     RedisConfig,
     TokenfixConfig,
+    TrafficSamplingConfig,
 )
 
 __all__ = ["PlatformConfig"]
@@ -63,6 +64,10 @@ class PlatformConfig(Strict):
     )
     monitoring: MonitoringConfig = Field(
         default_factory=MonitoringConfig, description="Production signals of collapsed tiers"
+    )
+    traffic_sampling: TrafficSamplingConfig = Field(
+        default_factory=TrafficSamplingConfig,
+        description="Prompts of opted-in keys kept for recalibration",
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

@@ -16,6 +16,8 @@ __all__ = [
     "ChunkerConfig",
     "TokenfixConfig",
     "KernelConfig",
+    "MonitoringConfig",
+    "TrafficSamplingConfig",
 ]
 
 
@@ -232,4 +234,28 @@ class MonitoringConfig(Strict):
         ge=0,
         description="torch engine: how long the canary waits for an idle "
         "moment before it runs between steps",
+    )
+
+
+class TrafficSamplingConfig(Strict):
+    """Prompts kept for recalibration, from the keys that opted in (a key's own setting, else
+    its plan's `sample_traffic`; off by default). `zerolayer collapse build --from-traffic`
+    builds candidate tiers from them plus the standard domains."""
+
+    rate: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Share of an opted-in key's requests whose prompt is kept",
+    )
+    retention_s: int = Field(
+        default=30 * 86400,
+        ge=60,
+        description="How long a kept prompt lives; older ones are never read and are trimmed",
+    )
+    max_per_key: int = Field(
+        default=2000, ge=1, description="Most prompts kept per key (the oldest go first)"
+    )
+    max_chars: int = Field(
+        default=16000, ge=100, description="A longer prompt is kept cut to this many characters"
     )

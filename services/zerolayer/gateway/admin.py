@@ -1,4 +1,5 @@
-"""The admin API under /admin: create, list, revoke and re-plan API keys; run the canary now.
+"""The admin API under /admin: create, list, revoke and re-plan API keys, opt them in or out
+of traffic sampling and delete what was kept of them; run the canary now.
 Guarded by the admin key (its SHA-256 is in the gateway config; the key itself never is)."""
 
 from __future__ import annotations
@@ -78,15 +79,50 @@ def admin_router(parts: GatewayParts) -> APIRouter:
     async def get_key(request: Request, key_id: str) -> dict[str, Any]:
         return (await call(guard(request).get, key_id)).public()
 
+    def purge(key_id: str) -> int:
+        return parts.traffic_admin.purge(key_id) if parts.traffic_admin is not None else 0
+
     @router.delete("/keys/{key_id}")
     async def revoke_key(request: Request, key_id: str) -> dict[str, Any]:
-        return (await call(guard(request).revoke, key_id)).public()
+        """Revoke a key and delete the prompts kept of it (the record first: a sample being
+        written at the same moment sees the revocation and keeps nothing)."""
+        record = await call(guard(request).revoke, key_id)
+        return {**record.public(), "traffic_deleted": await call(purge, key_id)}
 
     @router.patch("/keys/{key_id}", openapi_extra=body_schema(ChangePlanRequest))
-    async def change_plan(request: Request, key_id: str) -> dict[str, Any]:
+    async def change_key(request: Request, key_id: str) -> dict[str, Any]:
+        """A new plan and/or traffic sampling; opting out deletes what was kept."""
         store = guard(request)
         body = await read_json(request, ChangePlanRequest, max_bytes, timeout)
-        return (await call(store.set_plan, key_id, plan_of(body.plan))).public()
+        given = body.model_fields_set & {"plan", "sample_traffic"}
+        if not given or ("plan" in given and body.plan is None):
+            raise InvalidRequest("give a plan, sample_traffic, or both", param="plan")
+        record = await call(store.get, key_id)
+        out: dict[str, Any] = {}
+        if body.plan is not None:
+            record = await call(store.set_plan, key_id, plan_of(body.plan))
+        if "sample_traffic" in given:
+            record = await call(store.set_sampling, key_id, body.sample_traffic)
+            if body.sample_traffic is False:
+                out["traffic_deleted"] = await call(purge, key_id)
+        return {**record.public(), **out}
+
+    @router.get("/keys/{key_id}/traffic")
+    async def key_traffic(request: Request, key_id: str) -> dict[str, Any]:
+        """The prompts kept of a key (within the retention window), oldest first."""
+        store = guard(request)
+        await call(store.get, key_id)  # 404 for an unknown id
+        if parts.traffic_admin is None:
+            return {"object": "list", "data": []}
+        entries = await call(parts.traffic_admin.entries, key_id)
+        return {"object": "list", "data": [e.public() for e in entries]}
+
+    @router.delete("/keys/{key_id}/traffic")
+    async def delete_key_traffic(request: Request, key_id: str) -> dict[str, Any]:
+        """Delete every prompt kept of a key (its sampling setting stays as it is)."""
+        store = guard(request)
+        await call(store.get, key_id)
+        return {"key_id": key_id, "deleted": await call(purge, key_id)}
 
     @router.post("/canary")
     async def run_canary(request: Request) -> dict[str, Any]:

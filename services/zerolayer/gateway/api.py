@@ -51,7 +51,9 @@ def create_app(parts: GatewayParts) -> FastAPI:
     """The gateway's FastAPI app."""
     cfg = parts.config
     catalog = Catalog(cfg)
-    flow = Flow(parts.backend, cfg, catalog, parts.limiter, parts.metrics, parts.tiers)
+    flow = Flow(
+        parts.backend, cfg, catalog, parts.limiter, parts.metrics, parts.tiers, parts.traffic
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

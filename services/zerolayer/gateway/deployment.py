@@ -35,6 +35,7 @@ from zerolayer.protocol import (
 from zerolayer.store.connect import async_client, sync_client
 from zerolayer.store.keys import AsyncKeyStore, KeyStore
 from zerolayer.store.tiers import AsyncTierBoard, state_of
+from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
 from zerolayer.tokenfix.service import Tokenfix
 
 __all__ = [
@@ -148,6 +149,8 @@ class GatewayDeployment:
             tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
         self.backend = HandleBackend(tokenfix, chunker)
         self.tiers = AsyncTierBoard(self.redis)
+        ts = self.config.traffic_sampling
+        admin_redis = sync_client(self.config.redis)  # the admin API's calls (rare)
         self.parts = GatewayParts(
             backend=self.backend,
             lookup_key=self.keys.lookup,
@@ -155,7 +158,9 @@ class GatewayDeployment:
             health=self._health,
             limiter=Limiter(self.redis, self.config.gateway.concurrency_lease_s),
             metrics=Metrics(self.redis),
-            keys=KeyStore(sync_client(self.config.redis)),
+            keys=KeyStore(admin_redis),
+            traffic=AsyncTrafficStore(self.redis, ts.retention_s, ts.max_per_key),
+            traffic_admin=TrafficStore(admin_redis, ts.retention_s),
             tiers=self.tiers,
             live=LiveSignals(self.redis, self.config.monitoring),
             canary=CanaryRunner(self.redis, self.config, self.backend.canary, self._ready),

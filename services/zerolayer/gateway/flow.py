@@ -37,6 +37,7 @@ from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
 from zerolayer.protocol import End, Failed, PromptInput, SamplingSpec, Target
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
+from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
 __all__ = ["Flow", "completion_budget"]
 
@@ -72,8 +73,10 @@ class Flow:
         limiter: Limiter,
         metrics: Metrics,
         tiers: AsyncTierBoard | None = None,
+        traffic: AsyncTrafficStore | None = None,
     ):
         self.backend = backend
+        self.traffic = traffic
         self.tiers = tiers
         self.config = config
         self.catalog = catalog
@@ -307,6 +310,7 @@ class Flow:
             ids = await self._summarised(job, target.model, prompt)
             max_tokens = completion_budget(max_len, len(ids), asked, default)
         self.metrics.inc("requests", str(target), call.record.plan)
+        self.sample(call, prompt)
         spec = SamplingSpec(
             request_id=rid,
             prompt_token_ids=ids,
@@ -321,6 +325,28 @@ class Flow:
         if not body.stream:
             return await self._complete(call, spec, shape, headers)
         return await self._stream(call, spec, shape, headers, body.include_usage())
+
+    def sample(self, call: _Call, prompt: PromptInput) -> None:
+        """Keep the prompt for recalibration, at the configured rate, if the key (else its plan)
+        opted in; in the background, and a failure to keep it never fails the request."""
+        record, target = call.record, call.target
+        plan_default = self.config.plans[record.plan].sample_traffic
+        ts = self.config.traffic_sampling
+        if self.traffic is None or not record.samples(plan_default) or random.random() >= ts.rate:
+            return
+        if prompt.messages is None and not isinstance(prompt.prompt, str):
+            return  # a prompt of token ids: no text to calibrate on
+        kind = "text" if prompt.messages is None else "chat"
+        text = prompt_text(prompt.messages, prompt.prompt, ts.max_chars)
+        store = self.traffic
+
+        async def keep() -> None:
+            try:
+                await store.keep(record.key_id, plan_default, target.model, target.tier, kind, text)
+            except RedisError as exc:
+                log.warning("a sampled prompt was not kept: %s", type(exc).__name__)
+
+        self.later(keep())
 
     async def _summarised(self, job: SummaryJob, model: str, prompt: PromptInput) -> list[int]:
         """Run the map-reduce; the prompt ids with the summary in place."""

@@ -25,6 +25,7 @@ from zerolayer.protocol import (
 )
 from zerolayer.store.keys import KeyStore
 from zerolayer.store.tiers import AsyncTierBoard
+from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
 
 __all__ = ["Backend", "GatewayParts", "HealthCheck", "chunked", "prompt_ids"]
 
@@ -73,6 +74,8 @@ class GatewayParts:
     tiers: AsyncTierBoard | None = None  # which tiers are ready; None: all of them
     live: LiveSignals | None = None  # the production signals for /metrics and the tier cards
     canary: Any = None  # the CanaryRunner (gateway.canary) this replica runs in the background
+    traffic: AsyncTrafficStore | None = None  # where opted-in keys' sampled prompts go
+    traffic_admin: TrafficStore | None = None  # the admin API's view of them (delete, count)
 
 
 async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:

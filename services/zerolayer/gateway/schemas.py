@@ -196,6 +196,11 @@ class CreateKeyRequest(_Body):
 
 
 class ChangePlanRequest(_Body):
-    """PATCH /admin/keys/{key_id}."""
+    """PATCH /admin/keys/{key_id}: a new plan, traffic sampling, or both."""
 
-    plan: str = Field(min_length=1, description="The key's new plan")
+    plan: str | None = Field(default=None, min_length=1, description="The key's new plan")
+    sample_traffic: bool | None = Field(
+        default=None,
+        description="true: keep a sample of this key's prompts for recalibration; false: keep "
+        "none and delete what was kept; null: follow the plan (what it kept stays)",
+    )

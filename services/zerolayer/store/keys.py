@@ -52,6 +52,12 @@ class ApiKeyRecord:
     created: float
     name: str
     revoked: bool
+    sample_traffic: bool | None = None  # kept for recalibration; None: the plan decides
+
+    def samples(self, plan_default: bool) -> bool:
+        """Whether this key's prompts may be kept for recalibration (its own setting, else its
+        plan's)."""
+        return plan_default if self.sample_traffic is None else self.sample_traffic
 
     def public(self) -> dict[str, Any]:
         """The record as the admin API and the CLI show it (never the key)."""
@@ -61,6 +67,7 @@ class ApiKeyRecord:
             "name": self.name,
             "created": int(self.created),
             "revoked": self.revoked,
+            "sample_traffic": self.sample_traffic,
         }
 
     @classmethod
@@ -74,6 +81,7 @@ class ApiKeyRecord:
             created=float(get("created") or 0),
             name=get("name"),
             revoked=get("revoked") == "1",
+            sample_traffic={"1": True, "0": False}.get(get("sample_traffic")),
         )
 
 
@@ -142,6 +150,17 @@ class KeyStore:
         """Mark a key revoked; every gateway refuses it from its next request (look-ups are not
         cached)."""
         self.client.hset(_HASH_NS + self._digest(key_id), "revoked", "1")
+        return self.get(key_id)
+
+    def set_sampling(self, key_id: str, sample: bool | None) -> ApiKeyRecord:
+        """Opt a key in (True) or out (False) of traffic sampling, or back to its plan's
+        setting (None). Opting out does not delete what was kept: the caller does that
+        (TrafficStore.purge), so that both happen in the order it chooses."""
+        digest = self._digest(key_id)
+        if sample is None:
+            self.client.hdel(_HASH_NS + digest, "sample_traffic")
+        else:
+            self.client.hset(_HASH_NS + digest, "sample_traffic", "1" if sample else "0")
         return self.get(key_id)
 
     def set_plan(self, key_id: str, plan: str) -> ApiKeyRecord:
