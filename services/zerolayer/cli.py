@@ -87,23 +87,11 @@ def _cmd_models_import(args: argparse.Namespace) -> int:
 def _key_store(cfg: PlatformConfig) -> Iterator[Any]:
     """A KeyStore on the platform's Redis (the embedded one is started for the command if no
     platform runs)."""
-    from zerolayer.store.connect import sync_client
-    from zerolayer.store.embedded import EmbeddedRedis
+    from zerolayer.store.embedded import platform_redis
     from zerolayer.store.keys import KeyStore
 
-    embedded = None
-    rc = cfg.redis
-    if rc.url is None:
-        embedded = EmbeddedRedis(cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
-        embedded.start()
-        rc = embedded.config()
-    client = sync_client(rc)
-    try:
+    with platform_redis(cfg) as client:
         yield KeyStore(client)
-    finally:
-        client.close()
-        if embedded is not None:
-            embedded.stop()
 
 
 def _known_plan(cfg: PlatformConfig, plan: str) -> str:

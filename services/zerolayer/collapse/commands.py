@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,29 @@ def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
 
 def _corpora(args: argparse.Namespace, cfg: PlatformConfig) -> Any:
     """The standard domains (--domains, default all) plus the user's files as one more domain
-    (--corpus: calibration text; --eval-corpus: held-out text)."""
+    (--corpus: calibration text; --eval-corpus: held-out text) and, with --from-traffic, the
+    prompts kept from opted-in keys as the traffic domain."""
     from zerolayer.collapse.domains import STANDARD_DOMAINS, standard_corpora, user_domain
     from zerolayer.models.importer import ensure_model
 
     domains = STANDARD_DOMAINS
     if getattr(args, "domains", None) is not None:
         domains = tuple(d for d in args.domains.split(",") if d)
-    extra = user_domain(getattr(args, "corpus", None), getattr(args, "eval_corpus", None))
+    extra = [user_domain(getattr(args, "corpus", None), getattr(args, "eval_corpus", None))]
     model_dir = ensure_model(cfg, args.model)
-    return standard_corpora(model_dir, Path(cfg.cache_dir) / "corpora", domains, extra)
+    cache = Path(cfg.cache_dir) / "corpora"
+    if getattr(args, "from_traffic", False):
+        from zerolayer.collapse.traffic import load_traffic, traffic_domain
+
+        try:
+            extra.append(
+                traffic_domain(
+                    load_traffic(cfg, args.model), model_dir, cache, args.traffic_prompts
+                )
+            )
+        except ValueError as exc:
+            raise SystemExit(f"collapse: {exc}") from exc
+    return standard_corpora(model_dir, cache, domains, [e for e in extra if e])
 
 
 def _corpus(args: argparse.Namespace, split: str, cfg: PlatformConfig) -> Any:
@@ -171,6 +185,8 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         raise SystemExit(f"unknown tiers {sorted(unknown)}; known: {', '.join(TIERS)}")
     settings = _settings(args, cfg)
     out = Path(args.out or artifacts_dir(cfg, args.model))
+    if args.from_traffic and not args.out:  # a candidate, never the served artifacts
+        out = artifacts_dir(cfg, args.model) / "candidates" / time.strftime("%Y%m%d-%H%M%S")
     builder = Builder(ensure_model(cfg, args.model), out, _corpora(args, cfg), settings, args.model)
     clear_cards(out, tiers)  # what is there now is not a finished build of these kinds
     cards = build(builder, tiers)
@@ -318,6 +334,15 @@ def add_parser(sub: Any, with_config: Any) -> None:
         default=None,
         help="your own held-out text files (the evaluation part of that domain)",
     )
+    bd.add_argument(
+        "--from-traffic",
+        action="store_true",
+        help="add the prompts kept from opted-in keys as one more domain (traffic) and build "
+        "candidates (default out: <artifacts>/MODEL/candidates/<time>)",
+    )
+    bd.add_argument(
+        "--traffic-prompts", type=int, default=256, help="most kept prompts used (a sample)"
+    )
     bd.add_argument("--out", default=None, help="output folder (default <cache>/artifacts/MODEL)")
     bd.set_defaults(func=with_config(_cmd_build))
 
@@ -333,6 +358,14 @@ def add_parser(sub: Any, with_config: Any) -> None:
     vf.add_argument("--eval-samples", type=int, default=None, help="windows per domain")
     vf.add_argument("--corpus", nargs="*", default=None, help="your own text: one more domain")
     vf.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text")
+    vf.add_argument(
+        "--from-traffic",
+        action="store_true",
+        help="also score on the held-out part of the prompts kept from opted-in keys",
+    )
+    vf.add_argument(
+        "--traffic-prompts", type=int, default=256, help="most kept prompts used (a sample)"
+    )
     vf.add_argument("--out", default=None, help="also write the JSON report here")
     vf.set_defaults(func=with_config(_cmd_verify))
 

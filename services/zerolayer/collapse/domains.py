@@ -350,12 +350,13 @@ def standard_corpora(
     model_dir: Path,
     cache_dir: Path | None,
     domains: Sequence[str] = STANDARD_DOMAINS,
-    extra: dict[str, Corpus] | None = None,
+    extra: dict[str, Corpus] | Sequence[dict[str, Corpus]] | None = None,
     chat_limit: int | None = None,
     chat_tokens: int = 160,
 ) -> Corpora:
     """The calibration, validation and evaluation mixtures of the named standard domains (those
-    whose source is present on this machine) plus `extra` (user_domain's parts), in equal
+    whose source is present on this machine) plus `extra` (the parts of one more domain, as
+    user_domain makes them, or a list of such domains), in equal
     shares per part."""
     per_part: dict[str, list[Corpus]] = {p: [] for p in PARTS}
     for domain in domains:
@@ -365,8 +366,9 @@ def standard_corpora(
             continue
         for part in PARTS:
             per_part[part].append(_domain_corpus(domain, part, found))
-    for part, corpus in (extra or {}).items():
-        per_part[part].append(corpus)
+    for more in [extra] if isinstance(extra, dict) else list(extra or []):
+        for part, corpus in more.items():
+            per_part[part].append(corpus)
     if not per_part["evaluation"] or not per_part["calibration"]:
         raise ValueError("no domain has calibration and evaluation text")
     if not per_part["validation"]:

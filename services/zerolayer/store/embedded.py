@@ -24,8 +24,10 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import redis
 from redis.backoff import NoBackoff
@@ -34,7 +36,10 @@ from redis.retry import Retry
 from zerolayer.config import RedisConfig
 from zerolayer.errors import ConfigError
 
-__all__ = ["EmbeddedRedis", "redis_server_binary", "private_dir", "write_private"]
+if TYPE_CHECKING:
+    from zerolayer.config import PlatformConfig
+
+__all__ = ["EmbeddedRedis", "platform_redis", "redis_server_binary", "private_dir", "write_private"]
 
 USER = "zerolayer"
 _SOCKET = "redis.sock"
@@ -262,3 +267,24 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def platform_redis(cfg: PlatformConfig) -> Iterator[redis.Redis]:
+    """A client of the platform's Redis for a command (the CLI, the compiler): the configured
+    one, or the embedded one, started for the command when no platform runs."""
+    from zerolayer.store.connect import sync_client
+
+    embedded = None
+    rc = cfg.redis
+    if rc.url is None:
+        embedded = EmbeddedRedis(cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
+        embedded.start()
+        rc = embedded.config()
+    client = sync_client(rc)
+    try:
+        yield client
+    finally:
+        client.close()
+        if embedded is not None:
+            embedded.stop()
