@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,28 @@ def test_a_damaged_tier_raises_the_canary_kl_over_its_limit(
     assert broken["kl"] > 3 * healthy["kl"], (healthy, broken)
     assert broken["positions"] > 6 * 10  # every canary text scored
     assert 'zerolayer_canary_flag{tier="smollm2-135m:sparse24"} 1' in text
+
+
+def test_shutdown_answers_a_queued_canary_job(model_dir: Path) -> None:
+    """A canary still queued when the replica stops gets an error, not a hang."""
+
+    async def go() -> None:
+        engine = TorchEngine(str(model_dir))
+        await engine.start()
+        gate = threading.Event()
+        holding = asyncio.ensure_future(engine._submit(lambda: gate.wait(30)))  # the worker waits
+        await asyncio.sleep(0.3)
+        job = asyncio.ensure_future(engine.canary(["a short text to score"], 5))
+        await asyncio.sleep(0.3)
+        stopping = asyncio.ensure_future(engine.shutdown())  # queued behind the canary job
+        await asyncio.sleep(0.3)
+        assert not job.done()
+        gate.set()
+        await asyncio.wait_for(stopping, 30)
+        assert await holding is True
+        with pytest.raises(RuntimeError, match="shut down"):
+            await asyncio.wait_for(job, 10)
+        with pytest.raises(RuntimeError):  # and nothing new is taken
+            await engine.canary(["another"], 5)
+
+    asyncio.run(go())

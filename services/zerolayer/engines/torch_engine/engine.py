@@ -305,23 +305,32 @@ class TorchEngine:
                     running[:] = self._drop(running, cache)
         except BaseException as exc:  # report to every caller, never hang them
             log.exception("torch engine loop failed")
-            late: list[_Request] = []
-            with self._queue_lock:  # after this, generate() refuses instead of queueing
-                self._failure = exc
-                while True:
-                    try:
-                        item = self._inbox.get_nowait()
-                    except queue.Empty:
-                        break
-                    if isinstance(item, _Job):
-                        self._jobs.append(item)
-                    elif item is not None:
-                        late.append(item)
-            for req in running + waiting + late:
-                req.send(RuntimeError(f"engine failure: {exc!r}"))
-            for job in self._jobs:
-                _settle(job, None, RuntimeError(f"engine failure: {exc!r}"))
-            self._jobs.clear()
+            self._abandon(exc, running + waiting, f"engine failure: {exc!r}")
+            return
+        # asked to stop: what is still queued (a canary job, a request that came too late) is
+        # answered, never left waiting
+        self._abandon(RuntimeError("engine shut down"), running + waiting, "engine shut down")
+
+    def _abandon(self, exc: BaseException, pending: list[_Request], why: str) -> None:
+        """Answer every request and job still here or queued with an error; from now on
+        generate() and _submit() refuse instead of queueing."""
+        late: list[_Request] = []
+        with self._queue_lock:
+            self._failure = exc
+            while True:
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, _Job):
+                    self._jobs.append(item)
+                elif item is not None:
+                    late.append(item)
+        for req in pending + late:
+            req.send(RuntimeError(why))
+        for job in self._jobs:
+            _settle(job, None, RuntimeError(why))
+        self._jobs.clear()
 
     def _take(self, waiting: list[_Request], block: bool) -> bool:
         """Move new requests into waiting; False when asked to stop."""
