@@ -124,3 +124,68 @@ def test_keys_list_set_plan_and_revoke(tmp_path: Path) -> None:
         gone = zerolayer("keys", "revoke", "000000000000", env=env)
         assert gone.returncode == 2 and "no API key with id" in gone.stderr
         client.close()
+
+
+@pytest.mark.integration  # runs the collapse compiler
+def test_traffic_sampling_cli_drift_live_and_from_traffic(
+    model_dir: Path, redis_url: str, tmp_path: Path
+) -> None:
+    import asyncio
+    import json
+
+    import redis
+    import redis.asyncio as aioredis
+    from zerolayer.store.traffic import AsyncTrafficStore
+
+    env = {"ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent), "REDIS_URL": redis_url}
+    _, rec = KeyStore(redis.Redis.from_url(redis_url)).create("pro")
+    kid = rec.key_id
+    on = zerolayer("keys", "sampling", kid, "on", env=env)
+    assert on.returncode == 0 and "kept for recalibration (on)" in on.stdout, on.stderr
+
+    async def keep() -> None:
+        client = aioredis.from_url(redis_url)
+        store = AsyncTrafficStore(client, 3600, 100)
+        for i in range(6):
+            msg = json.dumps([{"role": "user", "content": f"Question {i}: why is the sky blue?"}])
+            await store.keep(kid, False, "smollm2-135m", "dynamic", "chat", msg)
+        await client.aclose()
+
+    asyncio.run(keep())
+    listed = zerolayer("keys", "traffic", kid, env=env)
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert len(rows) == 6 and all(r["key_id"] == kid and r["tier"] == "dynamic" for r in rows)
+
+    smap = tmp_path / "map"
+    run = zerolayer(
+        "collapse", "calibrate", "--samples", "2", "--seq-len", "64", "--out", str(smap), env=env
+    )
+    assert run.returncode == 0, run.stderr
+    drift = tmp_path / "drift"
+    run = zerolayer(
+        "collapse",
+        "drift",
+        "--live",
+        "--map",
+        str(smap),
+        "--samples",
+        "2",
+        "--seq-len",
+        "64",
+        "--out",
+        str(drift),
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads((drift / "drift.json").read_text())
+    assert (drift / "drift.png").exists()
+    assert report["new"]["corpus"]["name"] == "live-traffic"  # the kept prompts were measured
+    assert "6 prompts kept from 1 opted-in" in report["new"]["corpus"]["source"]
+
+    # six kept prompts are too few for a candidate: a clear refusal, before any build work
+    few = zerolayer("collapse", "build", "--from-traffic", "--tiers", "dynamic", env=env)
+    assert few.returncode != 0 and "at least 12" in few.stderr, few.stderr
+
+    off = zerolayer("keys", "sampling", kid, "off", env=env)
+    assert off.returncode == 0 and "6 kept prompts deleted" in off.stdout, off.stdout
+    assert zerolayer("keys", "traffic", kid, env=env).stdout.strip() == ""

@@ -71,3 +71,30 @@ def test_a_request_over_the_context_is_refused_before_the_engine_runs(
     res = asyncio.run(replica.complete(SamplingSpec("r5", [5] * 2040, 16)))
     assert isinstance(res, Failed) and res.error.code == "context_length_exceeded"
     assert engine.requests == 0
+
+
+def test_swap_serves_new_requests_from_the_new_engine_and_drains_the_old(
+    prompts: PromptBuilder,
+) -> None:
+    old = FakeEngine(["o"] * 20, delay_s=0.02)
+    new = FakeEngine(["n", "n"])
+    replica = _replica(old, prompts)
+
+    async def run() -> tuple[End | Failed, End | Failed, bool]:
+        await replica.start()
+        ids = prompts.completion("hello")
+        slow = asyncio.ensure_future(replica.complete(SamplingSpec("r1", ids, 20)))
+        await asyncio.sleep(0.1)  # r1 runs on the old engine
+        await new.start()
+        swap = asyncio.ensure_future(replica.swap(new, {"tier": "t", "note": "new"}, 30))
+        await asyncio.sleep(0)
+        fresh = await replica.complete(SamplingSpec("r2", ids, 20))
+        still_up = old.started  # the old engine still runs r1
+        await swap
+        return await slow, fresh, still_up
+
+    slow, fresh, still_up = asyncio.run(run())
+    assert isinstance(slow, End) and slow.text == "o" * 20  # finished on the old engine
+    assert isinstance(fresh, End) and fresh.text == "nn"  # the next request: the new one
+    assert still_up and not old.started  # shut down only after its request ended
+    assert replica.card["note"] == "new" and replica.engine is new

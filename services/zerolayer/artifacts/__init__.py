@@ -6,7 +6,7 @@ other. Nothing here patches a model; applying an artifact to a transformers mode
 compiler's business (zerolayer.collapse.apply), to the torch engine's weights the engine's.
 """
 
-from zerolayer.artifacts.card import check_version, is_built, read_card, write_card
+from zerolayer.artifacts.card import card_stamp, check_version, is_built, read_card, write_card
 from zerolayer.artifacts.checkpoint import read_config, read_state
 from zerolayer.artifacts.dynamic import Dynamic, read_dynamic, save_dynamic
 from zerolayer.artifacts.masked import (
@@ -45,6 +45,7 @@ __all__ = [
     "layer_widths",
     "narrow_state",
     "read_card",
+    "card_stamp",
     "read_config",
     "read_dynamic",
     "read_masks",

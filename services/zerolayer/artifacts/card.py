@@ -3,6 +3,7 @@ that a folder with a card holds a finished artifact."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 from zerolayer.artifacts.names import CARD_FILE, FORMAT_VERSION
 from zerolayer.errors import ArtifactError
 
-__all__ = ["write_card", "read_card", "is_built", "check_version"]
+__all__ = ["write_card", "read_card", "is_built", "check_version", "card_stamp"]
 
 
 def check_version(found: Any, where: Path | str) -> int:
@@ -59,3 +60,14 @@ def is_built(folder: Path | None) -> bool:
     except ArtifactError:
         return False
     return True
+
+
+def card_stamp(folder: Path | None) -> str | None:
+    """A short hash of the artifact's card: changes when another artifact is put in the folder
+    (every build writes a new card, last); None when there is no readable card."""
+    if folder is None:
+        return None
+    try:
+        return hashlib.sha256((Path(folder) / CARD_FILE).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from zerolayer.config import CollapseConfig, PlatformConfig
+from zerolayer.errors import ArtifactError
 
 __all__ = ["add_parser", "artifacts_dir", "build_settings", "layer_sensitivity"]
 
@@ -228,6 +230,68 @@ def _cmd_verify(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     return 0 if report["passed"] else 1
 
 
+def _gate(args: argparse.Namespace, cfg: PlatformConfig, folder: Path) -> dict[str, Any]:
+    """The promotion gate: the candidate scored on every domain's evaluation part, held-out
+    traffic included whenever enough prompts are kept; its verdict against the kind's budget."""
+    from zerolayer.collapse.corpus import domain_windows
+    from zerolayer.collapse.traffic import MIN_PROMPTS, load_traffic
+    from zerolayer.collapse.verify import BUDGET_OF, verify
+
+    s = _settings(args, cfg)
+    kept = len(load_traffic(cfg, args.model))
+    args.from_traffic = kept >= MIN_PROMPTS
+    print(
+        f"gate: every domain{' and held-out traffic' if args.from_traffic else ''} "
+        f"({kept} prompts kept{'' if args.from_traffic else f'; under {MIN_PROMPTS}, no traffic'})"
+    )
+    model, tok, model_dir = _load(cfg, args.model)
+    windows = domain_windows(
+        tok, _corpora(args, cfg).evaluation, s.eval_samples, s.seq_len, s.seed + 1
+    )
+    return verify(model, model_dir, folder, windows, s.budget(BUDGET_OF[args.tier]), args.tier)
+
+
+def _cmd_promote(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.promote import promote
+    from zerolayer.collapse.verify import BUDGET_OF
+
+    if args.tier not in BUDGET_OF:
+        raise SystemExit(f"unknown tier kind {args.tier!r}; known: {', '.join(BUDGET_OF)}")
+    if args.model is None:
+        args.model = cfg.default_model
+    candidate = Path(args.candidate)
+    report = _gate(args, cfg, candidate)
+    for domain, e in report["quality"]["domains"].items():
+        print(f"{domain:12s} {e['ppl_delta']:+8.2%}  kl {e['kl']:.4f}")
+    try:
+        entry = promote(artifacts_dir(cfg, args.model), args.tier, candidate, report)
+    except ArtifactError as exc:
+        print(f"zerolayer: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"promoted {candidate} as {args.model}'s {args.tier} artifact (the previous one is "
+        f"history/{entry['previous']}); a running platform swaps to it within seconds"
+    )
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    from zerolayer.collapse.promote import rollback
+
+    if args.model is None:
+        args.model = cfg.default_model
+    try:
+        entry = rollback(artifacts_dir(cfg, args.model), args.tier)
+    except ArtifactError as exc:
+        print(f"zerolayer: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"{args.model}'s {args.tier} artifact is {entry['restored']} again (the one it replaces "
+        f"is history/{entry['rolled_back']}); a running platform swaps to it within seconds"
+    )
+    return 0
+
+
 def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     from zerolayer.collapse.calibrate import calibrate
     from zerolayer.collapse.corpus import token_windows
@@ -238,9 +302,21 @@ def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
     stored = SilenceMap.load(folder)
     model, tok, _ = _load(cfg, args.model)
-    corpus = _corpus(args, "calibration", cfg)
+    if args.live:
+        from zerolayer.collapse.traffic import live_corpus, load_traffic
+
+        try:
+            corpus = live_corpus(load_traffic(cfg, args.model), tok)
+        except ValueError as exc:
+            raise SystemExit(f"collapse: {exc}") from exc
+    else:
+        corpus = _corpus(args, "calibration", cfg)
     samples = args.samples or s.eval_samples
     windows = token_windows(tok, corpus, samples, s.seq_len, seed=s.seed)
+    if not windows:
+        raise SystemExit(
+            f"collapse: the text holds fewer than {s.seq_len} tokens: not one window to measure"
+        )
     new = calibrate(
         model,
         windows,
@@ -369,6 +445,27 @@ def add_parser(sub: Any, with_config: Any) -> None:
     vf.add_argument("--out", default=None, help="also write the JSON report here")
     vf.set_defaults(func=with_config(_cmd_verify))
 
+    pr = col.add_parser(
+        "promote",
+        help="serve a candidate artifact, if it passes its budget on every domain and on "
+        "held-out traffic; the running platform swaps to it without dropping requests",
+    )
+    common(pr)
+    pr.add_argument("tier", help="artifact kind: masked, pruned, dynamic or sparse24")
+    pr.add_argument("--candidate", required=True, help="the candidate's folder (`build` made it)")
+    pr.add_argument("--domains", default=None, help="standard domains, comma-separated")
+    pr.add_argument("--eval-samples", type=int, default=None, help="windows per domain")
+    pr.add_argument(
+        "--traffic-prompts", type=int, default=256, help="most kept prompts used (a sample)"
+    )
+    pr.set_defaults(func=with_config(_cmd_promote), corpus=None, eval_corpus=None)
+    rb = col.add_parser(
+        "rollback", help="serve the artifact a kind had before its last promotion again"
+    )
+    rb.add_argument("tier", help="artifact kind: masked, pruned, dynamic or sparse24")
+    rb.add_argument("--model", default=None, help="model name (default: the default model)")
+    rb.set_defaults(func=with_config(_cmd_rollback))
+
     dr = col.add_parser("drift", help="calibrate on new text and compare with a stored map")
     common(dr)
     dr.add_argument("--map", default=None, help="stored silence map folder")
@@ -376,5 +473,11 @@ def add_parser(sub: Any, with_config: Any) -> None:
         "--samples", type=int, default=None, help="samples of the new text (eval_samples)"
     )
     dr.add_argument("--corpus", nargs="*", default=None, help="the new text (e.g. live prompts)")
+    dr.add_argument(
+        "--live",
+        action="store_true",
+        help="the new text is the live traffic: the prompts kept from opted-in keys, as the "
+        "tiers saw them (chat template applied)",
+    )
     dr.add_argument("--out", default=None, help="output folder (default <artifacts>/drift)")
     dr.set_defaults(func=with_config(_cmd_drift))

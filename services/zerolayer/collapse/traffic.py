@@ -16,7 +16,7 @@ from typing import Any
 from zerolayer.collapse.corpus import Corpus
 from zerolayer.collapse.domains import _parts
 
-__all__ = ["MIN_PROMPTS", "traffic_domain", "load_traffic"]
+__all__ = ["MIN_PROMPTS", "traffic_domain", "load_traffic", "live_corpus"]
 
 MIN_PROMPTS = 12  # fewer cannot fill three parts that each say something
 DOMAIN = "traffic"
@@ -92,3 +92,26 @@ def traffic_domain(
         )
         for part, d in split.items()
     }
+
+
+def live_corpus(entries: Sequence[Any], tokenizer: Any) -> Corpus:
+    """The kept prompts as the tiers saw them (chat template applied, ready for the answer):
+    the live input that `collapse drift --live` measures against the stored silence map."""
+    if not entries:
+        raise ValueError(
+            "no prompts are kept for this model (opt keys in with `zerolayer keys sampling KEY on`)"
+        )
+    docs = {
+        e.entry_id: tokenizer.apply_chat_template(
+            e.messages(), tokenize=False, add_generation_prompt=True
+        )
+        for e in entries
+    }
+    keys = sorted({e.key_id for e in entries})
+    return Corpus(
+        name="live-traffic",
+        source=f"{len(docs)} prompts kept from {len(keys)} opted-in API keys",
+        licence="customers' prompts kept with their consent (opt-in); not redistributable",
+        documents=docs,
+        domain=DOMAIN,
+    )

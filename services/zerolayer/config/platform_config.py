@@ -37,6 +37,12 @@ class PlatformConfig(Strict):
         description="Build missing tier artifacts in the background while the platform serves "
         "the tiers it has (else fail at start)",
     )
+    artifact_watch_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the launcher looks for another artifact in a served tier's "
+        "folder (promoted or rolled back) and has its replicas swap to it",
+    )
     build_nice: int = Field(
         default=10,
         ge=0,

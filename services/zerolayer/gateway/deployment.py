@@ -6,6 +6,7 @@ are ready."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -37,6 +38,8 @@ from zerolayer.store.keys import AsyncKeyStore, KeyStore
 from zerolayer.store.tiers import AsyncTierBoard, state_of
 from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
 from zerolayer.tokenfix.service import Tokenfix
+
+CARD_TTL_S = 5.0  # how long a gateway keeps a tier card before asking a replica again
 
 __all__ = [
     "HandleBackend",
@@ -75,6 +78,7 @@ class HandleBackend:
         self.handles: dict[Target, DeploymentHandle] = {}
         self._streams: dict[Target, DeploymentHandle] = {}
         self._cards: dict[Target, dict[str, Any]] = {}
+        self._card_at: dict[Target, float] = {}  # when each card was asked for (monotonic)
 
     def _handle(self, target: Target) -> DeploymentHandle:
         handle = self.handles.get(target)
@@ -115,18 +119,20 @@ class HandleBackend:
         return await self._handle(target).canary.remote(texts, top_k)
 
     async def cards(self, targets: list[Target]) -> dict[Target, dict[str, Any]]:
-        """These tiers' cards, each asked of one of its replicas once and then kept (a tier's
-        artifact and engine do not change while the application runs); a tier that does not
-        answer within a few seconds is left out."""
-        missing = [t for t in targets if t not in self._cards]
-        if missing:
+        """These tiers' cards, each asked of one of its replicas and kept for CARD_TTL_S (a
+        promotion or a rollback swaps a tier's artifact, and its card, while the application
+        runs); a tier that does not answer within a few seconds keeps the card it had, or is
+        left out."""
+        now = time.monotonic()
+        stale = [t for t in targets if now - self._card_at.get(t, -CARD_TTL_S) >= CARD_TTL_S]
+        if stale:
             got = await asyncio.gather(
-                *(asyncio.wait_for(self._handle(t).card.remote(), 5.0) for t in missing),
+                *(asyncio.wait_for(self._handle(t).card.remote(), 5.0) for t in stale),
                 return_exceptions=True,
             )
-            for t, card in zip(missing, got, strict=True):
+            for t, card in zip(stale, got, strict=True):
                 if not isinstance(card, BaseException):
-                    self._cards[t] = card
+                    self._cards[t], self._card_at[t] = card, now
         return {t: self._cards[t] for t in targets if t in self._cards}
 
 

@@ -3,6 +3,7 @@ counts, as the typed events of zerolayer.protocol (Start, Delta..., End, or Fail
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -27,10 +28,20 @@ class TierReplica:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.card: dict[str, Any] = {"tier": model_id.partition(":")[2]}
+        self._users: dict[int, int] = {}  # id(engine) -> its requests in flight
 
     async def start(self) -> None:
         """Start the engine."""
         await self.engine.start()
+
+    async def swap(self, engine: Engine, card: dict[str, Any], drain_s: float) -> None:
+        """Serve from a new, started engine (another artifact) from the next request on; the
+        old one finishes its requests in flight (at most drain_s), then shuts down."""
+        old, self.engine, self.card = self.engine, engine, card
+        deadline = time.monotonic() + drain_s
+        while self._users.get(id(old)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await old.shutdown()
 
     def _check(self, spec: SamplingSpec) -> None:
         """The gateway prepared the request; a replica still refuses one that cannot run."""
@@ -59,8 +70,10 @@ class TierReplica:
         queue_s: float | None = None
         sent = time.monotonic()
         first = last = sent
+        engine = self.engine  # a swap lets this request finish on the engine it started on
+        self._users[id(engine)] = self._users.get(id(engine), 0) + 1
         try:
-            async for delta in self.engine.generate(spec):
+            async for delta in engine.generate(spec):
                 last = time.monotonic()
                 if queue_s is None:  # the engine's own measure, else the time to this delta
                     first = last
@@ -76,6 +89,10 @@ class TierReplica:
             err = EngineError(f"the engine failed while generating: {type(exc).__name__}")
             yield Failed.of(err, prompt_tokens, completion)
             return
+        finally:
+            self._users[id(engine)] -= 1
+            if not self._users[id(engine)]:
+                del self._users[id(engine)]
         ttft = first - sent if completion else None
         tpot = (last - first) / (completion - 1) if completion > 1 else None
         yield End(finish or "stop", prompt_tokens, completion, queue_s, "", ttft, tpot)

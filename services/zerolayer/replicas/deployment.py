@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
 
+from zerolayer.artifacts import card_stamp
 from zerolayer.config import PlatformConfig
 from zerolayer.engines import build_engine
 from zerolayer.protocol import End, Failed, ReplicaEvent, SamplingSpec
@@ -17,32 +22,21 @@ from zerolayer.store.connect import async_client
 
 __all__ = ["TierDeployment"]
 
+log = logging.getLogger(__name__)
+
 
 class TierDeployment:
     """One replica of '<model>:<tier>'; the engine starts in the constructor, so Ray Serve only
     routes to a replica that has loaded its model."""
 
     async def __init__(self, config: dict[str, Any], model: str, tier: str):
-        cfg = PlatformConfig.model_validate(config)
+        self.cfg = cfg = PlatformConfig.model_validate(config)
+        self.model, self.tier = model, tier
         mcfg = cfg.models[model]
-        model_dir = str(cfg.model_dir(model))
-        tc = mcfg.tiers[tier]
-        # a missing artifact fails the replica here, at deploy time, naming the folder
-        folder = require_artifact(cfg, model, tier)
-        card = tier_card(cfg, model, tier)
-        reference = live_reference(cfg, model, card)
-        engine = build_engine(
-            model_dir,
-            tc,
-            mcfg.max_model_len,
-            str(folder) if folder else None,
-            cfg.kernels,
-            cfg.monitoring,
-            reference.get("thresholds"),
-        )
+        engine, card, reference = self._load()
         from transformers import AutoTokenizer
 
-        vocab = len(AutoTokenizer.from_pretrained(model_dir))
+        vocab = len(AutoTokenizer.from_pretrained(str(cfg.model_dir(model))))
         self.replica = TierReplica(f"{model}:{tier}", engine, vocab, mcfg.max_model_len)
         await self.replica.start()
         self.replica.card = {**card, "serving": engine.info()}
@@ -50,6 +44,58 @@ class TierDeployment:
             async_client(cfg.redis), f"{model}:{tier}", engine, reference, cfg.monitoring
         )
         self.live.start()
+        self._swapping = asyncio.Lock()
+
+    def _load(self) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """The engine (not started) of the artifact in the tier's folder now, its card and its
+        calibrated live reference."""
+        cfg, model, tier = self.cfg, self.model, self.tier
+        mcfg = cfg.models[model]
+        # a missing artifact fails the replica here, at deploy time, naming the folder
+        folder = require_artifact(cfg, model, tier)
+        self.stamp = card_stamp(folder)
+        card = tier_card(cfg, model, tier)
+        reference = live_reference(cfg, model, card)
+        engine = build_engine(
+            str(cfg.model_dir(model)),
+            mcfg.tiers[tier],
+            mcfg.max_model_len,
+            str(folder) if folder else None,
+            cfg.kernels,
+            cfg.monitoring,
+            reference.get("thresholds"),
+        )
+        return engine, card, reference
+
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Called by Ray Serve after start and whenever the launcher sees another artifact in
+        the tier's folder (promoted or rolled back): load it beside the running engine, serve
+        the next requests from it, and let the old engine finish its requests in flight. A
+        load that fails keeps the old artifact serving."""
+        async with self._swapping:
+            folder = self.cfg.artifact_dir(self.model, self.tier)
+            if card_stamp(folder) in (None, self.stamp):
+                return  # the artifact this replica serves, or none readable (mid-swap)
+            old_stamp = self.stamp
+            try:
+                engine, card, reference = self._load()
+                await engine.start()
+            except Exception:
+                log.exception("tier %s:%s: the new artifact failed to load", self.model, self.tier)
+                self.stamp = old_stamp
+                return
+            card = {**card, "serving": engine.info()}
+            drain_s = self.cfg.gateway.request_timeout_s
+            swap = asyncio.ensure_future(self.replica.swap(engine, card, drain_s))
+            await self.live.retarget(engine, reference)
+            log.warning(
+                "tier %s:%s now serves artifact %s (was %s)",
+                self.model,
+                self.tier,
+                self.stamp,
+                old_stamp,
+            )
+            self._draining = swap  # the old engine shuts down once its requests are done
 
     async def stream(self, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
         """Events of one request (streamed through the handle)."""
@@ -78,13 +124,18 @@ class TierDeployment:
 
 
 def tier_deployment(
-    name: str, cfg: PlatformConfig, model: str, tier: str, short: bool = False
+    name: str,
+    cfg: PlatformConfig,
+    model: str,
+    tier: str,
+    short: bool = False,
+    stamp: str | None = None,
 ) -> Any:
     """TierDeployment as a Ray Serve deployment with the tier's scaling options (those of its
     short-request group when `short`)."""
     tc = cfg.models[model].tiers[tier]
     group = tc.short_requests if short and tc.short_requests is not None else tc
-    return serve.deployment(
+    deployment = serve.deployment(
         TierDeployment,
         name=name,
         max_ongoing_requests=group.max_ongoing_requests,
@@ -96,4 +147,18 @@ def tier_deployment(
         },
         health_check_period_s=10,
         health_check_timeout_s=30,
+        # the artifact's stamp: a new one makes Serve call reconfigure on the running replicas
+        # (a lightweight update, no restart), which swap the artifact in place
+        user_config={"artifact_stamp": stamp},
     )
+    # A fixed code version: Serve draws a random one for each deploy otherwise, which restarts
+    # every replica (a rolling update that stops a one-replica tier before its successor runs).
+    # With it, a new artifact stamp alone is a lightweight update: reconfigure, no restart;
+    # a change of the platform config still restarts them. (Serve only lets its own code set
+    # the version, hence _internal.)
+    return deployment.options(version=_version(cfg, model, tier, short), _internal=True)
+
+
+def _version(cfg: PlatformConfig, model: str, tier: str, short: bool) -> str:
+    data = json.dumps([cfg.model_dump(mode="json"), model, tier, short], sort_keys=True)
+    return hashlib.sha256(data.encode()).hexdigest()[:16]

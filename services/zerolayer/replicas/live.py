@@ -121,6 +121,14 @@ class LiveRecorder:
             self._pending.update(pending)
             raise
 
+    async def retarget(self, engine: Engine, reference: dict[str, Any]) -> None:
+        """Count another engine from now on (a swapped artifact), against its own reference."""
+        with contextlib.suppress(Exception):
+            await self.flush()  # what the old engine counted so far
+        self.engine, self.reference = engine, reference
+        with contextlib.suppress(Exception):  # else the loop publishes it on its next turn
+            await self.publish_reference()
+
     async def close(self) -> None:
         """Stop the loop and write the last counts (best effort)."""
         if self._task is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zerolayer.artifacts import card_stamp
 from zerolayer.chunker.deployment import chunker_deployment
 from zerolayer.config import PlatformConfig
 from zerolayer.gateway.deployment import deployment_name, gateway_deployment
@@ -32,8 +33,9 @@ def tier_apps(cfg: PlatformConfig, model: str, tier: str) -> dict[str, Any]:
     group if it has one."""
     data = cfg.model_dump()
     groups = [False] + ([True] if cfg.models[model].tiers[tier].short_requests else [])
+    stamp = card_stamp(cfg.artifact_dir(model, tier))  # which artifact: see TierDeployment
     out = {}
     for short in groups:
         name = deployment_name(model, tier, short)
-        out[name] = tier_deployment(name, cfg, model, tier, short=short).bind(data, model, tier)
+        out[name] = tier_deployment(name, cfg, model, tier, short, stamp).bind(data, model, tier)
     return out

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 import redis
 
+from zerolayer.artifacts import card_stamp
 from zerolayer.collapse import missing_kinds, tiers_of_kind
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
@@ -225,6 +226,10 @@ class Platform:
         self._board: TierBoard | None = None
         self._t0 = time.monotonic()
         self.key: str | None = None
+        self._serve_lock = threading.Lock()  # Serve's API from the builds and watch threads
+        self._stamps: dict[tuple[str, str], str | None] = {}  # (model, tier) -> artifact
+        self._watching = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     @property
     def admin_key_source(self) -> str:
@@ -350,6 +355,10 @@ class Platform:
             raise ArtifactError(f"the application failed to start: {exc}") from exc
         if todo:
             self._builds.start(todo)
+        self._watcher = threading.Thread(
+            target=self._watch_artifacts, name="artifact-watch", daemon=True
+        )
+        self._watcher.start()
         return self
 
     @property
@@ -364,12 +373,31 @@ class Platform:
         from zerolayer.serve.app import tier_apps
 
         names = []
-        for name, app in tier_apps(self.cfg, model, tier).items():
-            # serve.run waits until the application runs; _run(_blocking=False) only submits
-            # it, so every tier's replicas load their models at the same time
-            _run(app, _blocking=False, name=name, route_prefix=None, logging_config=SERVE_LOGGING)
-            names.append(name)
+        with self._serve_lock:
+            self._stamps[(model, tier)] = card_stamp(self.cfg.artifact_dir(model, tier))
+            for name, app in tier_apps(self.cfg, model, tier).items():
+                # serve.run waits until the application runs; _run(_blocking=False) only
+                # submits it, so every tier's replicas load their models at the same time
+                _run(
+                    app, _blocking=False, name=name, route_prefix=None, logging_config=SERVE_LOGGING
+                )
+                names.append(name)
         return names
+
+    def _watch_artifacts(self) -> None:
+        """Every artifact_watch_s: a deployed tier whose folder holds another artifact (promoted
+        or rolled back) is deployed again with the new artifact's stamp; Serve passes it to the
+        running replicas, which swap the artifact in place without dropping a request."""
+        while not self._watching.wait(self.cfg.artifact_watch_s):
+            for (model, tier), stamp in list(self._stamps.items()):
+                now = card_stamp(self.cfg.artifact_dir(model, tier))
+                if now is None or now == stamp:
+                    continue  # unchanged, or mid-swap (no card for a moment)
+                self._say(f"tier {model}:{tier}: another artifact ({now}), replicas swap to it")
+                try:
+                    self._submit_tier(model, tier)
+                except Exception as exc:  # Ray stopping under it: the next turn tries again
+                    self._say(f"tier {model}:{tier}: swap not submitted: {exc!r}")
 
     def _await_tier(self, model: str, tier: str, timeout_s: float = 1800.0) -> None:
         """Wait until the tier's applications run, then mark it ready on the board (or failed,
@@ -415,6 +443,10 @@ class Platform:
         """Stop the application (its replicas finish or time out their requests in flight and
         settle them), then Ray, then every process Ray left, and the embedded Redis last (it
         fsyncs its AOF on SIGTERM). Each step runs even if one before it failed."""
+        self._watching.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+            self._watcher = None
         if self._ray_started:
             import ray
             from ray import serve
