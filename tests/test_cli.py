@@ -157,8 +157,22 @@ def test_traffic_sampling_cli_drift_live_and_from_traffic(
     assert len(rows) == 6 and all(r["key_id"] == kid and r["tier"] == "dynamic" for r in rows)
 
     smap = tmp_path / "map"
+    text = tmp_path / "calibration.txt"  # a small map of its own: no standard corpora needed
+    text.write_text(
+        "\n\n".join(f"Paragraph {i}: rivers carry water to the sea." * 4 for i in range(12))
+    )
     run = zerolayer(
-        "collapse", "calibrate", "--samples", "2", "--seq-len", "64", "--out", str(smap), env=env
+        "collapse",
+        "calibrate",
+        "--samples",
+        "2",
+        "--seq-len",
+        "64",
+        "--corpus",
+        str(text),
+        "--out",
+        str(smap),
+        env=env,
     )
     assert run.returncode == 0, run.stderr
     drift = tmp_path / "drift"
