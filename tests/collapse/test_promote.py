@@ -13,6 +13,8 @@ from zerolayer.artifacts import card_stamp, read_card, write_card
 from zerolayer.collapse.promote import history, promote, rollback
 from zerolayer.errors import ArtifactError
 
+pytestmark = pytest.mark.integration  # the compiler's artifacts (tiny_build)
+
 PASSED = {"passed": True, "quality": {"domains": {"docs": {"ppl_delta": 0.01}}}}
 
 

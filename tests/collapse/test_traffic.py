@@ -17,6 +17,8 @@ from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.store.keys import KeyStore
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
+pytestmark = pytest.mark.integration  # the model answers the kept prompts
+
 TOPICS = ["tea", "rivers", "chess", "bread", "owls", "glass", "maps", "bees", "salt", "ice"]
 
 

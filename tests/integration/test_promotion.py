@@ -10,9 +10,12 @@ import time
 import uuid
 
 import httpx
+import pytest
 from zerolayer.artifacts import read_card, write_card
 from zerolayer.collapse.promote import HISTORY, promote, rollback
 from zerolayer.serve.launcher import Platform
+
+pytestmark = pytest.mark.integration
 
 TIER = "smollm2-135m:dynamic"
 
