@@ -13,14 +13,17 @@ from zerolayer.store.keys import KeyStore
 from tests.conftest import clean_env
 
 
-def zerolayer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def zerolayer(
+    *args: str, env: dict[str, str], timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "zerolayer.cli", *args],
         # The embedded Redis path is under test: a REDIS_URL of the caller's must not interfere.
         env=clean_env(**env),
         capture_output=True,
         text=True,
-        timeout=120,
+        # the compiler's commands may first have the model answer the chat corpus's prompts
+        timeout=timeout or (900 if args[0] == "collapse" else 120),
     )
 
 
@@ -128,7 +131,7 @@ def test_keys_list_set_plan_and_revoke(tmp_path: Path) -> None:
 
 @pytest.mark.integration  # runs the collapse compiler
 def test_traffic_sampling_cli_drift_live_and_from_traffic(
-    model_dir: Path, redis_url: str, tmp_path: Path
+    model_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     import asyncio
     import json
@@ -137,6 +140,11 @@ def test_traffic_sampling_cli_drift_live_and_from_traffic(
     import redis.asyncio as aioredis
     from zerolayer.store.traffic import AsyncTrafficStore
 
+    # a Redis of its own: the session's holds other tests' kept prompts
+    server = EmbeddedRedis(tmp_path / "redis")
+    server.start()
+    request.addfinalizer(server.stop)
+    redis_url = server.secret_url()
     env = {"ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent), "REDIS_URL": redis_url}
     _, rec = KeyStore(redis.Redis.from_url(redis_url)).create("pro")
     kid = rec.key_id
