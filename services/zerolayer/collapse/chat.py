@@ -19,7 +19,7 @@ from typing import Any
 from zerolayer.collapse.corpus import Corpus, mixed_corpus
 from zerolayer.collapse.progress import bar
 
-__all__ = ["chat_prompts", "chat_corpus", "mixed_corpus"]
+__all__ = ["chat_prompts", "chat_corpus", "cached_replies", "mixed_corpus"]
 
 TEMPLATES = (
     "What is the capital of {place}?",
@@ -124,6 +124,26 @@ async def _replies(model_dir: Path, prompts: list[list[int]], max_tokens: int) -
         await engine.shutdown()
 
 
+def cached_replies(
+    model_dir: Path,
+    prompt_ids: Any,
+    max_tokens: int,
+    cached: Path | None,
+    say: str,
+) -> list[str]:
+    """The dense model's greedy replies to prompts (prompt_ids(): their token ids, made only
+    when they are not cached), read from `cached` when it exists, else generated once (saying
+    `say`) and written there."""
+    if cached is not None and cached.exists():
+        return list(json.loads(cached.read_text()))
+    print(say, flush=True)
+    replies = asyncio.run(_replies(Path(model_dir), prompt_ids(), max_tokens))
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(replies))
+    return replies
+
+
 def chat_corpus(
     split: str,
     model_dir: Path,
@@ -140,15 +160,13 @@ def chat_corpus(
     name = f"chat-{split}-{model_dir.name}-{max_tokens}-{len(prompts)}.json"
     cached = Path(cache_dir) / name if cache_dir else None
     builder = PromptBuilder(model_dir)
-    if cached and cached.exists():
-        replies = json.loads(cached.read_text())
-    else:
-        ids = [builder.chat([{"role": "user", "content": p}]) for p in prompts]
-        print(f"chat corpus: the model answers {len(prompts)} {split} prompts (once)", flush=True)
-        replies = asyncio.run(_replies(model_dir, ids, max_tokens))
-        if cached:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps(replies))
+    replies = cached_replies(
+        model_dir,
+        lambda: [builder.chat([{"role": "user", "content": p}]) for p in prompts],
+        max_tokens,
+        cached,
+        f"chat corpus: the model answers {len(prompts)} {split} prompts (once)",
+    )
     docs = {}
     for i, (p, r) in enumerate(zip(prompts, replies, strict=True)):
         turns = [{"role": "user", "content": p}, {"role": "assistant", "content": r}]

@@ -5,7 +5,6 @@ standard domains; its evaluation part is the held-out traffic a candidate must p
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import random
@@ -20,6 +19,7 @@ __all__ = ["MIN_PROMPTS", "traffic_domain", "load_traffic", "live_corpus"]
 
 MIN_PROMPTS = 12  # fewer cannot fill three parts that each say something
 DOMAIN = "traffic"
+LICENCE = "customers' prompts kept with their consent (opt-in); not redistributable"
 
 
 def load_traffic(cfg: Any, model: str) -> list[Any]:
@@ -42,7 +42,7 @@ def traffic_domain(
     """The traffic domain's three parts from kept prompts (at most `limit`, a seeded sample),
     each prompt with the dense model's greedy reply (cached by the prompts' hash). Raises
     ValueError when there are too few prompts for three parts."""
-    from zerolayer.collapse.chat import _replies
+    from zerolayer.collapse.chat import cached_replies
     from zerolayer.tokenfix.prompt import PromptBuilder
 
     chosen = list(entries)
@@ -60,14 +60,13 @@ def traffic_domain(
     cached = (
         Path(cache_dir) / f"traffic-{Path(model_dir).name}-{digest}.json" if cache_dir else None
     )
-    if cached is not None and cached.exists():
-        replies = json.loads(cached.read_text())
-    else:
-        print(f"traffic: the model answers {len(prompts)} kept prompts", flush=True)
-        replies = asyncio.run(_replies(Path(model_dir), prompts, max_tokens))
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps(replies))
+    replies = cached_replies(
+        Path(model_dir),
+        lambda: prompts,
+        max_tokens,
+        cached,
+        f"traffic: the model answers {len(prompts)} kept prompts",
+    )
     docs = {}
     for e, reply in zip(chosen, replies, strict=True):
         turns = [*e.messages(), {"role": "assistant", "content": reply}]
@@ -86,7 +85,7 @@ def traffic_domain(
         part: Corpus(
             name=f"{DOMAIN}-{part}",
             source=source,
-            licence="customers' prompts kept with their consent (opt-in); not redistributable",
+            licence=LICENCE,
             documents=d,
             domain=DOMAIN,
         )
@@ -111,7 +110,7 @@ def live_corpus(entries: Sequence[Any], tokenizer: Any) -> Corpus:
     return Corpus(
         name="live-traffic",
         source=f"{len(docs)} prompts kept from {len(keys)} opted-in API keys",
-        licence="customers' prompts kept with their consent (opt-in); not redistributable",
+        licence=LICENCE,
         documents=docs,
         domain=DOMAIN,
     )
