@@ -67,3 +67,7 @@ def platform(
         p = Platform(cfg).start()
     yield p
     p.stop()
+    # the Redis server is this test process's child, not the platform's: stop() leaves it up
+    client = redis_server.client()
+    assert client.ping(), "the platform's stop() ended a Redis server it did not start"
+    client.close()

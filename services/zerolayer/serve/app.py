@@ -14,7 +14,7 @@ from zerolayer.gateway.deployment import deployment_name, gateway_deployment
 from zerolayer.replicas.deployment import tier_deployment
 from zerolayer.tokenfix.deployment import tokenfix_deployment
 
-__all__ = ["APP_NAME", "deployment_name", "build_app", "tier_apps"]
+__all__ = ["APP_NAME", "deployment_name", "build_app", "tier_app_names", "tier_apps"]
 
 APP_NAME = "zerolayer"
 
@@ -28,14 +28,23 @@ def build_app(cfg: PlatformConfig) -> Any:
     return gateway_deployment(cfg).bind(data, tokenfix, chunker)
 
 
+def _groups(cfg: PlatformConfig, model: str, tier: str) -> list[bool]:
+    """The tier's replica groups: its own, and its short-request group if it has one."""
+    return [False] + ([True] if cfg.models[model].tiers[tier].short_requests else [])
+
+
+def tier_app_names(cfg: PlatformConfig, model: str, tier: str) -> list[str]:
+    """The names of the tier's applications (what tier_apps would build)."""
+    return [deployment_name(model, tier, short) for short in _groups(cfg, model, tier)]
+
+
 def tier_apps(cfg: PlatformConfig, model: str, tier: str) -> dict[str, Any]:
     """The bound applications of one tier, by application name: the tier, and its short-request
     group if it has one."""
     data = cfg.model_dump()
-    groups = [False] + ([True] if cfg.models[model].tiers[tier].short_requests else [])
     stamp = card_stamp(cfg.artifact_dir(model, tier))  # which artifact: see TierDeployment
     out = {}
-    for short in groups:
+    for short in _groups(cfg, model, tier):
         name = deployment_name(model, tier, short)
         out[name] = tier_deployment(name, cfg, model, tier, short, stamp).bind(data, model, tier)
     return out

@@ -173,6 +173,38 @@ def _without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+# Ray Serve builds its config objects (serve.deployment, and serve.status() parsing the
+# controller's answer) by registering a module with cloudpickle, pickling, and unregistering it
+# again: two threads doing that at once fail with "... is not registered for pickle by value".
+# Every call of the launcher's threads into Serve's client API holds this lock.
+_SERVE_API = threading.RLock()
+
+
+def _serve_apps() -> dict[str, Any]:
+    """Serve's applications by name, as serve.status() gives them (under _SERVE_API)."""
+    from ray import serve
+
+    with _SERVE_API:
+        return serve.status().applications
+
+
+def _await_apps(names: list[str], timeout_s: float, stop: Any = None) -> str | None:
+    """Wait until every named application runs: None; Serve's message (its last 500
+    characters) as soon as one failed; "" past timeout_s or once stop() is true."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        apps = _serve_apps()
+        states = [apps.get(n) for n in names]
+        failed = [a for a in states if a is not None and a.status.value in _FAILED]
+        if failed:
+            return failed[0].message[-500:] or failed[0].status.value
+        if all(a is not None and a.status.value == "RUNNING" for a in states):
+            return None
+        if time.monotonic() > deadline or (stop is not None and stop()):
+            return ""
+        time.sleep(0.5)
+
+
 class _Progress:
     """Prints the deployments' states every few seconds while Serve starts them."""
 
@@ -183,12 +215,10 @@ class _Progress:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from ray import serve
-
         t0 = time.monotonic()
         while not self._stop.wait(3.0):
             try:
-                apps = serve.status().applications
+                apps = _serve_apps()
             except Exception:
                 continue
             states = ", ".join(
@@ -222,11 +252,13 @@ class Platform:
         self._redis: EmbeddedRedis | None = None
         self._ray_started = False
         self._ray_processes: list[psutil.Process] = []
+        # this process's children from before Ray started (a Redis server the caller runs, say):
+        # not Ray's, never ended by stop()
+        self._not_ray: set[int] = set()
         self._builds: Builds | None = None
         self._board: TierBoard | None = None
         self._t0 = time.monotonic()
         self.key: str | None = None
-        self._serve_lock = threading.Lock()  # Serve's API from the builds and watch threads
         self._stamps: dict[tuple[str, str], str | None] = {}  # (model, tier) -> artifact
         self._watching = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -321,9 +353,11 @@ class Platform:
 
         import ray
         from ray import serve
+        from ray.serve.api import _run
 
         self._say("ray: starting")
         local = self.cfg.ray.address is None
+        self._not_ray = {p.pid for p in psutil.Process().children(recursive=True)}
         ray.init(
             address=self.cfg.ray.address,
             num_cpus=self.cfg.ray.num_cpus if local else None,
@@ -342,12 +376,17 @@ class Platform:
         try:
             tier_apps = [n for m, t in ready for n in self._submit_tier(m, t)]
             with _Progress([APP_NAME, *tier_apps], self.log):  # ends before a failed start
-                serve.run(
-                    build_app(self.cfg),
-                    name=APP_NAME,
-                    route_prefix="/",
-                    logging_config=SERVE_LOGGING,
-                )
+                with _SERVE_API:
+                    _run(
+                        build_app(self.cfg),
+                        _blocking=False,
+                        name=APP_NAME,
+                        route_prefix="/",
+                        logging_config=SERVE_LOGGING,
+                    )
+                failed = _await_apps([APP_NAME], timeout_s=1800.0)
+                if failed is not None:
+                    raise ArtifactError(f"the gateway failed to start: {failed}")
                 for m, t in ready:
                     self._await_tier(m, t)
         except Exception as exc:
@@ -373,7 +412,7 @@ class Platform:
         from zerolayer.serve.app import tier_apps
 
         names = []
-        with self._serve_lock:
+        with _SERVE_API:
             self._stamps[(model, tier)] = card_stamp(self.cfg.artifact_dir(model, tier))
             for name, app in tier_apps(self.cfg, model, tier).items():
                 # serve.run waits until the application runs; _run(_blocking=False) only
@@ -402,27 +441,19 @@ class Platform:
     def _await_tier(self, model: str, tier: str, timeout_s: float = 1800.0) -> None:
         """Wait until the tier's applications run, then mark it ready on the board (or failed,
         with Serve's message)."""
-        from ray import serve
+        from zerolayer.serve.app import tier_app_names
 
-        from zerolayer.serve.app import tier_apps
-
-        names = list(tier_apps(self.cfg, model, tier))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            apps = serve.status().applications
-            states = {n: apps.get(n) for n in names}
-            failed = [a for a in states.values() if a is not None and a.status.value in _FAILED]
-            if failed:
-                reason = f"its replica failed to start: {failed[0].message[-500:]}"
-                self._say(f"tier {model}:{tier} failed: {reason}")
-                assert self._board is not None
-                self._board.set(f"{model}:{tier}", TierState("failed", reason=reason))
-                return
-            if all(a is not None and a.status.value == "RUNNING" for a in states.values()):
-                break
-            if time.monotonic() > deadline or (self._builds and self._builds.stopping):
-                return
-            time.sleep(0.5)
+        names = tier_app_names(self.cfg, model, tier)
+        stopping = lambda: bool(self._builds and self._builds.stopping)  # noqa: E731
+        failed = _await_apps(names, timeout_s, stop=stopping)
+        if failed == "":
+            return  # out of time, or the platform stopping
+        if failed is not None:
+            reason = f"its replica failed to start: {failed}"
+            self._say(f"tier {model}:{tier} failed: {reason}")
+            assert self._board is not None
+            self._board.set(f"{model}:{tier}", TierState("failed", reason=reason))
+            return
         assert self._board is not None
         self._board.set(f"{model}:{tier}", TierState("ready"))
         self._say(f"tier {model}:{tier} ready, {self.elapsed_s:.0f} s after start")
@@ -478,7 +509,7 @@ class Platform:
 
         limit = self.cfg.gateway.drain_s
         try:
-            app = serve.status().applications.get(APP_NAME)
+            app = _serve_apps().get(APP_NAME)
             if app is None or app.status.value != "RUNNING":
                 return  # a failed or partial start: nothing is being served
             gateway = serve.get_app_handle(APP_NAME)
@@ -489,9 +520,10 @@ class Platform:
             self._say(f"drain skipped: {type(exc).__name__}")
 
     def _children(self) -> list[psutil.Process]:
-        """This process's descendants but the embedded Redis (Ray's processes)."""
-        redis_pid = self._redis.pid if self._redis is not None else None
-        return [p for p in psutil.Process().children(recursive=True) if p.pid != redis_pid]
+        """This process's descendants started since Ray was (Ray's processes), but the embedded
+        Redis."""
+        keep = self._not_ray | ({self._redis.pid} if self._redis is not None else set())
+        return [p for p in psutil.Process().children(recursive=True) if p.pid not in keep]
 
     def __enter__(self) -> Platform:
         return self.start()
