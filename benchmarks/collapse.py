@@ -115,7 +115,7 @@ def main() -> None:
         "masked": ("mlp_flops_removed", "MLP FLOPs"),
         "pruned": ("mlp_flops_removed", "MLP FLOPs"),
         "dynamic": ("activation_sparsity", "activations"),
-        "sparse24": ("mlp_weights_24", "MLP weights 2:4"),
+        "sparse24": ("weights_24", "projection weights 2:4"),
     }
     for tier, (key, what) in measure.items():
         if tier not in cards:
@@ -125,7 +125,7 @@ def main() -> None:
             f"{tier} tier (builder)",
             "chosen",
             card["quality"],
-            card[key],
+            card.get(key, 0.0),
             what,
             card["bytes_on_disk"],
         )
@@ -133,7 +133,7 @@ def main() -> None:
     fields = {
         "masked": ("mlp_flops_removed",),
         "dynamic": ("activation_sparsity",),
-        "sparse24": ("mlp_weights_24",),
+        "sparse24": ("mlp_weights_24", "weights_24"),
     }
     old = args.results.exists() and not everything
     result = json.loads(args.results.read_text()) if old else {}
@@ -146,7 +146,7 @@ def main() -> None:
             result[tier] = {
                 "ppl_delta": q["ppl_delta"],
                 "worst_domain": q["worst_domain"],
-                **{k: cards[tier][k] for k in keys},
+                **{k: cards[tier].get(k) for k in keys},
                 "domains": {d: e["ppl_delta"] for d, e in q["domains"].items()},
                 "leave_one_domain_out": cards[tier].get("leave_one_domain_out"),
             }

@@ -155,6 +155,14 @@ def test_sparse24_artifact_loads_with_the_pattern_and_meets_its_budget(
         i, proj = name.split(".")
         assert is_24(linear(model.model.layers[int(i)], proj).weight), name
     assert 0 <= card["mlp_weights_24"] <= 1
+    layers = model.model.layers
+    sizes = {
+        f"{i}.{p}": linear(layer, p).weight.numel()
+        for i, layer in enumerate(layers)
+        for p in ("gate_proj", "up_proj", "down_proj", "q_proj", "k_proj", "v_proj", "o_proj")
+    }
+    share = sum(sizes[n] for n in card["projections_24"]) / sum(sizes.values())
+    assert card["weights_24"] == pytest.approx(share, abs=1e-5)
 
 
 def test_dynamic_artifact_reproduces_its_card(built: dict[str, Any], model_dir: Path) -> None:

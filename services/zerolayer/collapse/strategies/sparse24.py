@@ -66,15 +66,17 @@ def build_sparse24(b: Builder) -> dict[str, Any]:
             for i, p in chosen
         },
     )
-    mlp_total = sum(
-        linear(layer, p).weight.numel() for layer in decoder_layers(b.model) for p in MLP_PROJ
-    )
-    mlp_24 = sum(
-        linear(decoder_layers(b.model)[i], p).weight.numel() for i, p in chosen if p in MLP_PROJ
-    )
+
+    def size(projections: list[tuple[int, str]]) -> int:
+        return sum(linear(layers[i], p).weight.numel() for i, p in projections)
+
+    every = [(i, p) for i in range(len(layers)) for p in (*MLP_PROJ, *ATTN_PROJ)]
+    mlp = [(i, p) for i, p in every if p in MLP_PROJ]
     extra = {
         "level": {"groups": [f"{i}.{g}" for i, g in order[:best]]},
-        "mlp_weights_24": round(mlp_24 / mlp_total, 5),
+        "mlp_weights_24": round(size([u for u in chosen if u[1] in MLP_PROJ]) / size(mlp), 5),
+        # of every decoder projection's weights (attention and MLP; not the embeddings)
+        "weights_24": round(size(chosen) / size(every), 5),
         "projections_24": [f"{i}.{p}" for i, p in chosen],
         "hardware_sparsity": "2:4 sparse tensor cores on NVIDIA sm80+; dense elsewhere",
     }
