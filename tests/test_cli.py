@@ -187,7 +187,7 @@ def test_traffic_sampling_cli_drift_live_and_from_traffic(
     run = zerolayer(
         "collapse",
         "drift",
-        "--live",
+        "--from-traffic",
         "--map",
         str(smap),
         "--samples",
@@ -204,6 +204,30 @@ def test_traffic_sampling_cli_drift_live_and_from_traffic(
     assert report["new"]["corpus"]["name"] == "live-traffic"  # the kept prompts were measured
     assert "6 prompts kept from 1 opted-in" in report["new"]["corpus"]["source"]
 
+    # --live: the replicas' per-channel counts (as a replica's recorder writes them) against
+    # the map, one report per tier that has counts
+    asyncio.run(_live_counts(redis_url, smap))
+    live = zerolayer(
+        "collapse",
+        "drift",
+        "--live",
+        "--tier",
+        "baseline",
+        "dynamic",
+        "--map",
+        str(smap),
+        "--out",
+        str(drift),
+        env=env,
+    )
+    assert live.returncode == 0, live.stderr
+    assert "baseline: no live activation counts" in live.stdout
+    report = json.loads((drift / "live-dynamic" / "drift.json").read_text())
+    assert (drift / "live-dynamic" / "drift.png").exists()
+    assert report["new"]["tier"] == "dynamic" and report["new"]["layers_measured"] == 30
+    assert report["new"]["tokens_per_layer"] == [16] * 30
+    assert report["mlp"]["channels_changed"] > 0  # every channel half silent: many changed
+
     # six kept prompts are too few for a candidate: a clear refusal, before any build work
     few = zerolayer("collapse", "build", "--from-traffic", "--tiers", "dynamic", env=env)
     assert few.returncode != 0 and "at least 12" in few.stderr, few.stderr
@@ -211,3 +235,35 @@ def test_traffic_sampling_cli_drift_live_and_from_traffic(
     off = zerolayer("keys", "sampling", kid, "off", env=env)
     assert off.returncode == 0 and "6 kept prompts deleted" in off.stdout, off.stdout
     assert zerolayer("keys", "traffic", kid, env=env).stdout.strip() == ""
+
+
+async def _live_counts(redis_url: str, smap: Path) -> None:
+    """What a dynamic-tier replica's recorder writes after 16 sampled tokens: every channel of
+    every layer at or under its threshold on half of them."""
+    import json
+
+    import redis.asyncio as aioredis
+    import torch
+    from zerolayer.config import MonitoringConfig
+    from zerolayer.replicas.live import LiveRecorder
+
+    layers = len(json.loads((smap / "silence_map.json").read_text())["mlp"]["thresholds"])
+    drained = {
+        "tokens": 16,
+        "passes": 16,
+        "under": [8 * 1536] * layers,
+        "total": [16 * 1536] * layers,
+        "skipped": 0,
+        "seen": 0,
+        "rows": [16] * layers,
+        "channels": [torch.full((1536,), 8) for _ in range(layers)],
+    }
+
+    class Engine:
+        async def signals(self) -> dict:
+            return {"decode": drained}
+
+    client = aioredis.from_url(redis_url)
+    rec = LiveRecorder(client, "smollm2-135m:dynamic", Engine(), {}, MonitoringConfig())  # type: ignore[arg-type]
+    await rec.flush()
+    await client.aclose()

@@ -79,6 +79,10 @@ def test_sampled_steps_are_counted_and_generate_the_same_tokens(
     assert width == 1536 and all(t == decode["tokens"] * width for t in decode["total"])
     shares = Probe.rates(decode)["sparsity"]
     assert all(0.0 < s < 1.0 for s in shares)
+    # per channel: the same tokens, and the channels' counts add up to the layer's
+    assert decode["rows"] == [decode["tokens"]] * len(thresholds)
+    for c, u in zip(decode["channels"], decode["under"], strict=True):
+        assert c.shape == (1536,) and int(c.sum()) == u and int(c.max()) <= decode["tokens"]
     assert decode["seen"] == 0  # the dense model thresholds nothing: no skip rate
     assert "decode" not in again and "prefill" not in again  # drained
 

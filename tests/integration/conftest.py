@@ -19,6 +19,7 @@ MONITORING = {
     "sample_rate": 0.5,
     "bucket_s": 3,
     "flush_s": 0.5,
+    "channels_flush_s": 0.5,
     "window_buckets": 5,
     "history_buckets": 40,
     "canary_interval_s": 86400.0,

@@ -360,6 +360,27 @@ def test_live_signals_follow_the_input_and_the_canary_measures_every_tier(
         assert time.monotonic() < deadline, (calm, high, rate)
         time.sleep(0.3)
     assert rate > high
+    # the replicas' per-channel counts, as `collapse drift --live` reads them: every layer of
+    # the dynamic artifact measured against the build's silence map, at its thresholds
+    from zerolayer.artifacts import card_stamp
+    from zerolayer.collapse.live_drift import compare_live, live_counts
+    from zerolayer.collapse.silence_map import SilenceMap
+    from zerolayer.replicas.artifacts import live_reference, tier_card
+    from zerolayer.store.connect import sync_client
+
+    cfg = platform.cfg
+    stamp = card_stamp(cfg.artifact_dir("smollm2-135m", "dynamic"))
+    client = sync_client(cfg.redis)
+    deadline = time.monotonic() + 30
+    while not all((counts := live_counts(client, tier, stamp))["rows"] or [0]):
+        assert time.monotonic() < deadline, "no per-channel live counts in Redis"
+        time.sleep(0.5)
+    client.close()
+    smap = SilenceMap.load(cfg.artifact_root("smollm2-135m") / "silence_map")
+    ref = live_reference(cfg, "smollm2-135m", tier_card(cfg, "smollm2-135m", "dynamic"))
+    report = compare_live(smap, counts, ref)
+    assert report["thresholds_match"] is True and report["new"]["layers_measured"] == 30
+    assert all(0 < s < 1 for s in report["sparsity_live"])
     # the canary, run now: every tier against the baseline, on /metrics and the tier cards
     url = f"http://{platform.cfg.host}:{platform.cfg.port}"
     run = httpx.post(

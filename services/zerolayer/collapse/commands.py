@@ -301,8 +301,10 @@ def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     s = _settings(args, cfg)
     folder = Path(args.map or artifacts_dir(cfg, args.model) / "silence_map")
     stored = SilenceMap.load(folder)
-    model, tok, _ = _load(cfg, args.model)
     if args.live:
+        return _live_drift(args, cfg, stored, Path(args.out or folder.parent / "drift"))
+    model, tok, _ = _load(cfg, args.model)
+    if args.from_traffic:
         from zerolayer.collapse.traffic import live_corpus, load_traffic
 
         try:
@@ -325,6 +327,53 @@ def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     )
     js, png = write_report(compare(stored, new), Path(args.out or folder.parent / "drift"))
     print(f"{js}\n{png}")
+    return 0
+
+
+def _live_drift(args: argparse.Namespace, cfg: PlatformConfig, stored: Any, out: Path) -> int:
+    """`collapse drift --live`: one report per tier from its replicas' sampled activations."""
+    from zerolayer.artifacts import card_stamp
+    from zerolayer.collapse.drift import write_report
+    from zerolayer.collapse.live_drift import compare_live, live_counts
+    from zerolayer.replicas.artifacts import live_reference, tier_card
+    from zerolayer.store.embedded import platform_redis
+
+    model = args.model or cfg.default_model
+    tiers = args.tier or list(cfg.models[model].tiers)
+    unknown = [t for t in tiers if t not in cfg.models[model].tiers]
+    if unknown:
+        raise SystemExit(f"collapse: {model} has no tier {', '.join(unknown)}")
+    written = 0
+    with platform_redis(cfg) as client:
+        for tier in tiers:
+            folder = cfg.artifact_dir(model, tier)
+            stamp = card_stamp(folder) if folder is not None else None
+            counts = live_counts(client, f"{model}:{tier}", stamp)
+            if not any(counts["rows"]):
+                print(f"{tier}: no live activation counts (a torch-engine tier counts them)")
+                continue
+            try:
+                reference = live_reference(cfg, model, tier_card(cfg, model, tier))
+            except Exception:  # no card readable: the report goes without the calibrated side
+                reference = {}
+            report = compare_live(stored, counts, reference)
+            report["new"].update({"model": model, "tier": tier, "artifact": stamp})
+            if not report["thresholds_match"]:
+                print(
+                    f"{tier}: warning: the replicas counted against thresholds other than "
+                    "this map's"
+                )
+            js, png = write_report(report, out / f"live-{tier}")
+            print(
+                f"{tier}: {report['new']['layers_measured']} layers, "
+                f"{max(counts['rows'])} tokens from {counts['replicas']} replica(s)\n{js}\n{png}"
+            )
+            written += 1
+    if not written:
+        raise SystemExit(
+            "collapse: no tier has live activation counts yet (a running platform's torch-engine "
+            "tiers write them while they serve; monitoring.sample_rate > 0)"
+        )
     return 0
 
 
@@ -473,11 +522,21 @@ def add_parser(sub: Any, with_config: Any) -> None:
         "--samples", type=int, default=None, help="samples of the new text (eval_samples)"
     )
     dr.add_argument("--corpus", nargs="*", default=None, help="the new text (e.g. live prompts)")
-    dr.add_argument(
+    source = dr.add_mutually_exclusive_group()
+    source.add_argument(
         "--live",
         action="store_true",
-        help="the new text is the live traffic: the prompts kept from opted-in keys, as the "
-        "tiers saw them (chat template applied)",
+        help="the served tiers' live activations, as their replicas sampled them, channel by "
+        "channel (one report per tier, from the platform's Redis)",
+    )
+    source.add_argument(
+        "--from-traffic",
+        action="store_true",
+        help="the new text is the prompts kept from opted-in keys, as the tiers saw them (chat "
+        "template applied), run through the dense model",
+    )
+    dr.add_argument(
+        "--tier", nargs="*", default=None, help="with --live: these tiers (default: every one)"
     )
     dr.add_argument("--out", default=None, help="output folder (default <artifacts>/drift)")
     dr.set_defaults(func=with_config(_cmd_drift))

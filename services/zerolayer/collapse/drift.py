@@ -14,7 +14,7 @@ import torch
 from zerolayer.collapse.draw import save_figure
 from zerolayer.collapse.silence_map import SilenceMap
 
-__all__ = ["compare", "draw_drift"]
+__all__ = ["compare", "draw_drift", "kind_report", "write_report"]
 
 
 def compare(
@@ -31,33 +31,45 @@ def compare(
     for kind, old in stored.stats.items():
         cur = new.stats[kind]
         idx = old.threshold_bins(q)
-        f_old, f_new = old.silent_fraction_under(idx), cur.silent_fraction_under(idx)
-        s_old, s_new = f_old >= silent_share, f_new >= silent_share
-        changed = (s_old != s_new).nonzero().tolist()
-        changed.sort(key=lambda lc: -abs(float(f_new[lc[0], lc[1]] - f_old[lc[0], lc[1]])))
-        ratio_old, ratio_new = s_old.float().mean(1), s_new.float().mean(1)
         scale = (cur.mean_abs.mean(1) / old.mean_abs.mean(1).clamp_min(1e-12)) - 1
         out[kind] = {
-            "silence_ratio_stored": [round(float(v), 5) for v in ratio_old],
-            "silence_ratio_new": [round(float(v), 5) for v in ratio_new],
-            "silence_ratio_change": [round(float(v), 5) for v in ratio_new - ratio_old],
+            **kind_report(
+                old.silent_fraction_under(idx), cur.silent_fraction_under(idx), silent_share, top
+            ),
             "mean_abs_change": [round(float(v), 5) for v in scale],
-            "channels_changed": len(changed),
-            "became_silent": int((s_new & ~s_old).sum()),
-            "became_active": int((s_old & ~s_new).sum()),
-            "mean_abs_silent_share_change": round(float((f_new - f_old).abs().mean()), 6),
-            "top_changes": [
-                {
-                    "layer": lc[0],
-                    "channel": lc[1],
-                    "stored": round(float(f_old[lc[0], lc[1]]), 4),
-                    "new": round(float(f_new[lc[0], lc[1]]), 4),
-                }
-                for lc in changed[:top]
-            ],
-            "_diff": f_new - f_old,
         }
     return out
+
+
+def kind_report(
+    f_old: torch.Tensor, f_new: torch.Tensor, silent_share: float = 0.5, top: int = 50
+) -> dict[str, Any]:
+    """One kind's drift from each channel's share of tokens under the stored threshold, stored
+    and new ([layers, channels]): per layer silence ratios, and the channels that changed
+    state (silent on at least silent_share of tokens, or not)."""
+    s_old, s_new = f_old >= silent_share, f_new >= silent_share
+    changed = (s_old != s_new).nonzero().tolist()
+    changed.sort(key=lambda lc: -abs(float(f_new[lc[0], lc[1]] - f_old[lc[0], lc[1]])))
+    ratio_old, ratio_new = s_old.float().mean(1), s_new.float().mean(1)
+    return {
+        "silence_ratio_stored": [round(float(v), 5) for v in ratio_old],
+        "silence_ratio_new": [round(float(v), 5) for v in ratio_new],
+        "silence_ratio_change": [round(float(v), 5) for v in ratio_new - ratio_old],
+        "channels_changed": len(changed),
+        "became_silent": int((s_new & ~s_old).sum()),
+        "became_active": int((s_old & ~s_new).sum()),
+        "mean_abs_silent_share_change": round(float((f_new - f_old).abs().mean()), 6),
+        "top_changes": [
+            {
+                "layer": lc[0],
+                "channel": lc[1],
+                "stored": round(float(f_old[lc[0], lc[1]]), 4),
+                "new": round(float(f_new[lc[0], lc[1]]), 4),
+            }
+            for lc in changed[:top]
+        ],
+        "_diff": f_new - f_old,
+    }
 
 
 def draw_drift(report: dict[str, Any], path: Path) -> Path:

@@ -202,6 +202,12 @@ class MonitoringConfig(Strict):
     flush_s: float = Field(
         default=5.0, gt=0, description="How often a replica writes its live counts to Redis"
     )
+    channels_flush_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often a replica writes its per-channel counts (what `zerolayer "
+        "collapse drift --live` reads) to Redis",
+    )
     drift_limit_points: float = Field(
         default=3.0,
         gt=0,

@@ -41,7 +41,12 @@ class TierDeployment:
         await self.replica.start()
         self.replica.card = {**card, "serving": engine.info()}
         self.live = LiveRecorder(
-            async_client(cfg.redis), f"{model}:{tier}", engine, reference, cfg.monitoring
+            async_client(cfg.redis),
+            f"{model}:{tier}",
+            engine,
+            reference,
+            cfg.monitoring,
+            stamp=self.stamp,
         )
         self.live.start()
         self._swapping = asyncio.Lock()
@@ -87,7 +92,7 @@ class TierDeployment:
             card = {**card, "serving": engine.info()}
             drain_s = self.cfg.gateway.request_timeout_s
             swap = asyncio.ensure_future(self.replica.swap(engine, card, drain_s))
-            await self.live.retarget(engine, reference)
+            await self.live.retarget(engine, reference, self.stamp)
             log.warning(
                 "tier %s:%s now serves artifact %s (was %s)",
                 self.model,

@@ -6,7 +6,9 @@ many inputs its thresholds skipped.
 
 Only the channels a tier serves are counted (a pruned tier's removed channels are not there), so
 a tier's live figure compares with its calibrated one, measured by this same probe on the
-calibration side (zerolayer.collapse.reference)."""
+calibration side (zerolayer.collapse.reference). Per channel it also counts the tokens at or
+under the threshold, which `zerolayer collapse drift --live` compares with the stored silence
+map channel by channel."""
 
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["Probe"]
+__all__ = ["Probe", "add_counts"]
+
+
+def add_counts(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """Two per-channel counts added (None: nothing counted)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
 
 
 class Probe:
@@ -29,6 +38,9 @@ class Probe:
     def _reset(self) -> None:
         self.under = [0] * self.layers
         self.total = [0] * self.layers
+        # per layer: tokens counted, and per channel how many of them were at or under
+        self.rows = [0] * self.layers
+        self.channels: list[torch.Tensor | None] = [None] * self.layers
         self.skipped = 0
         self.seen = 0
         self.tokens = 0
@@ -43,8 +55,13 @@ class Probe:
         """down_proj's input a [tokens, width] of one layer."""
         if self.thresholds is None:
             return
-        self.under[layer] += int((a.abs() <= self.thresholds[layer]).sum())
-        self.total[layer] += a.numel()
+        under = (a.abs() <= self.thresholds[layer]).reshape(-1, a.shape[-1])
+        per_channel = under.sum(0, dtype=torch.int64)
+        self.under[layer] += int(per_channel.sum())
+        self.total[layer] += under.numel()
+        self.rows[layer] += under.shape[0]
+        seen = self.channels[layer]
+        self.channels[layer] = per_channel if seen is None else seen + per_channel
 
     def inputs(self, threshold: float | None, x: torch.Tensor) -> None:
         """A projection input x and the tier's threshold on it (None: not thresholded)."""
@@ -62,6 +79,8 @@ class Probe:
             "total": list(self.total),
             "skipped": self.skipped,
             "seen": self.seen,
+            "rows": list(self.rows),
+            "channels": list(self.channels),
         }
         self._reset()
         return out
@@ -72,8 +91,11 @@ class Probe:
         if a is None:
             return b
         out = {k: a[k] + b[k] for k in ("tokens", "passes", "skipped", "seen")}
-        for k in ("under", "total"):
+        for k in ("under", "total", "rows"):
             out[k] = [x + y for x, y in zip(a[k], b[k], strict=True)]
+        out["channels"] = [
+            add_counts(x, y) for x, y in zip(a["channels"], b["channels"], strict=True)
+        ]
         return out
 
     @staticmethod
