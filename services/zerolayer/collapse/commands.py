@@ -346,8 +346,7 @@ def _live_drift(args: argparse.Namespace, cfg: PlatformConfig, stored: Any, out:
     written = 0
     with platform_redis(cfg) as client:
         for tier in tiers:
-            folder = cfg.artifact_dir(model, tier)
-            stamp = card_stamp(folder) if folder is not None else None
+            stamp = card_stamp(cfg.artifact_dir(model, tier))
             counts = live_counts(client, f"{model}:{tier}", stamp)
             if not any(counts["rows"]):
                 print(f"{tier}: no live activation counts (a torch-engine tier counts them)")

@@ -25,8 +25,7 @@ __all__ = ["compare_live", "live_counts"]
 def live_counts(client: redis.Redis, tier: str, stamp: str | None) -> dict[str, Any]:
     """Every replica's per-channel counts of `tier` ("model:tier") still in Redis, added up;
     with `stamp`, only those of that artifact (the others are counted in `other_artifacts`)."""
-    rows: list[int] = []
-    under: list[np.ndarray | None] = []
+    total = ChannelCounts()
     replicas, hours, other = set(), set(), 0
     for key in client.scan_iter(match=channels_pattern(tier), count=500):
         fields = client.hgetall(key)
@@ -36,22 +35,13 @@ def live_counts(client: redis.Redis, tier: str, stamp: str | None) -> dict[str, 
         if stamp is not None and seen != stamp:
             other += 1
             continue
-        if not rows:
-            rows, under = [0] * len(r), [None] * len(r)
-        for i, (n, c) in enumerate(zip(r, u, strict=True)):
-            if c is None or not n:
-                continue
-            prev = under[i]
-            if prev is not None and len(prev) != len(c):
-                continue  # not this artifact's layout (a stamp-less count of another)
-            under[i] = c if prev is None else prev + c
-            rows[i] += n
+        total.merge(r, u)
         *_, hour, replica = key.decode().rsplit(":", 2)
         replicas.add(replica)
         hours.add(int(hour))
     return {
-        "rows": rows,
-        "under": under,
+        "rows": total.rows,
+        "under": total.under,
         "replicas": len(replicas),
         "hours": sorted(hours),
         "other_artifacts": other,

@@ -81,19 +81,27 @@ class ChannelCounts:
         added = False
         for phase in ("decode", "prefill"):
             counts = signals.get(phase) or {}
-            channels, rows = counts.get("channels"), counts.get("rows")
-            if not channels or not rows:
+            if counts.get("channels") and counts.get("rows"):
+                added |= self.merge(counts["rows"], counts["channels"])
+        return added
+
+    def merge(self, rows: list[int], under: list[Any]) -> bool:
+        """Add per-layer counts (tokens; per-channel counts, None where the layer was not
+        counted); whether any were added. A layer of another width than the one held (another
+        artifact's layout) is left out."""
+        if not self.rows:
+            self.rows, self.under = [0] * len(rows), [None] * len(rows)
+        added = False
+        for i, (n, c) in enumerate(zip(rows, under, strict=True)):
+            if c is None or not n:
                 continue
-            if not self.rows:
-                self.rows, self.under = [0] * len(rows), [None] * len(rows)
-            for i, (c, n) in enumerate(zip(channels, rows, strict=True)):
-                if c is None or not n:
-                    continue
-                c = np.asarray(c, dtype=np.int64)
-                seen = self.under[i]
-                self.under[i] = c if seen is None else seen + c
-                self.rows[i] += int(n)
-                added = True
+            c = np.asarray(c, dtype=np.int64)
+            held = self.under[i]
+            if held is not None and len(held) != len(c):
+                continue
+            self.under[i] = c if held is None else held + c
+            self.rows[i] += int(n)
+            added = True
         return added
 
     def fields(self, stamp: str | None) -> dict[str, Any]:

@@ -520,10 +520,9 @@ class Platform:
             self._say(f"drain skipped: {type(exc).__name__}")
 
     def _children(self) -> list[psutil.Process]:
-        """This process's descendants started since Ray was (Ray's processes), but the embedded
-        Redis."""
-        keep = self._not_ray | ({self._redis.pid} if self._redis is not None else set())
-        return [p for p in psutil.Process().children(recursive=True) if p.pid not in keep]
+        """This process's descendants started since Ray was: Ray's processes (the embedded
+        Redis starts before Ray)."""
+        return [p for p in psutil.Process().children(recursive=True) if p.pid not in self._not_ray]
 
     def __enter__(self) -> Platform:
         return self.start()
