@@ -70,7 +70,11 @@ def test_promotion_and_rollback_swap_the_artifact_without_failing_a_request(
         promote(root, kind, candidate, {"passed": True})
         took = _until(platform, tier, marker)
         served_before = len(results)
-        time.sleep(3)  # requests served by the candidate
+        # requests served by the candidate (a new vLLM engine's first request may take longer
+        # than a few seconds on a busy machine: wait for one, bounded)
+        deadline = time.monotonic() + 120
+        while len(results) <= served_before and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert len(results) > served_before
         rollback(root, kind)
         back = _until(platform, tier, None)
