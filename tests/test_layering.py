@@ -10,7 +10,16 @@ from pathlib import Path
 import zerolayer
 
 ROOT = Path(zerolayer.__file__).parent
-SERVING = ("engines", "replicas", "gateway", "tokenfix", "chunker", "store", "artifacts")
+SERVING = (
+    "engines",
+    "replicas",
+    "gateway",
+    "tokenfix",
+    "chunker",
+    "store",
+    "conversations",
+    "artifacts",
+)
 # the only modules outside the compiler that may call it: the launcher's one entry, and the CLI
 COMPILER_CALLERS = ("zerolayer.serve.launcher", "zerolayer.serve.builds", "zerolayer.cli")
 
@@ -53,6 +62,7 @@ LAYERS = {
     "config": 2,
     "engines": 3,
     "store": 3,
+    "conversations": 3,
     "tokenfix": 3,
     "chunker": 3,
     "models": 3,

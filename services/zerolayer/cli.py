@@ -103,10 +103,13 @@ def _known_plan(cfg: PlatformConfig, plan: str) -> str:
 def _cmd_keys_create(args: argparse.Namespace) -> int:
     cfg = _config(args)
     with _key_store(cfg) as store:
-        key, record = store.create(_known_plan(cfg, args.plan), name=args.name or "")
+        key, record = store.create(
+            _known_plan(cfg, args.plan), name=args.name or "", tenant=args.tenant
+        )
     print(key)
     print(
-        f"key id {record.key_id}, plan {record.plan}: store it now, it is not shown again",
+        f"key id {record.key_id}, plan {record.plan}, tenant {record.owner}: store it now, it "
+        "is not shown again",
         file=sys.stderr,
     )
     return 0
@@ -115,11 +118,12 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
 def _cmd_keys_list(args: argparse.Namespace) -> int:
     with _key_store(_config(args)) as store:
         records = store.list()
-    print(f"{'key id':12s}  {'plan':12s}  {'state':8s}  {'created (UTC)':19s}  name")
+    head = f"{'key id':12s}  {'plan':12s}  {'state':8s}  {'created (UTC)':19s}  {'tenant':23s}"
+    print(head + "  name")
     for r in records:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created))
         state = "revoked" if r.revoked else "active"
-        print(f"{r.key_id:12s}  {r.plan:12s}  {state:8s}  {created}  {r.name}")
+        print(f"{r.key_id:12s}  {r.plan:12s}  {state:8s}  {created}  {r.owner:23s}  {r.name}")
     return 0
 
 
@@ -227,6 +231,12 @@ def _parser() -> argparse.ArgumentParser:
     create = keys.add_parser("create", help="create a key; it is printed once")
     create.add_argument("--plan", required=True, help="plan name from platform/plans.yaml")
     create.add_argument("--name", default=None, help="a label for the key")
+    create.add_argument(
+        "--tenant",
+        default=None,
+        help="make the key for this existing tenant (it sees the tenant's stored responses "
+        "and conversations); default: a new tenant",
+    )
     create.set_defaults(func=_cmd_keys_create)
     listing = keys.add_parser("list", help="list keys (ids, plans, states; never the keys)")
     listing.set_defaults(func=_cmd_keys_list)

@@ -15,6 +15,8 @@ __all__ = [
     "PermissionDenied",
     "ModelNotFound",
     "ContextLengthExceeded",
+    "ObjectNotFound",
+    "ConversationBusy",
     "PayloadTooLarge",
     "RequestTimeout",
     "RetryLater",
@@ -97,6 +99,15 @@ class ModelNotFound(APIError):
     code = "model_not_found"
 
 
+class ObjectNotFound(APIError):
+    """No stored response, conversation or item of that id for this key's tenant (another
+    tenant's objects are reported exactly like missing ones)."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
 class ContextLengthExceeded(InvalidRequest):
     """Prompt plus max_tokens exceed what the tier serves."""
 
@@ -141,6 +152,14 @@ class Overloaded(RetryLater):
     status_code = 503
     error_type = "server_error"
     code = "tier_overloaded"
+
+
+class ConversationBusy(RetryLater):
+    """Another response is being generated on the conversation: its items would interleave."""
+
+    status_code = 409
+    error_type = "invalid_request_error"
+    code = "conversation_busy"
 
 
 class StoreUnavailable(RetryLater):

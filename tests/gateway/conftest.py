@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 import redis
+from tests.conftest import free_port
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 from zerolayer.chunker.service import Chunker
 from zerolayer.config import PlanConfig, PlatformConfig
+from zerolayer.conversations import ConversationStore
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.gateway.api import create_app
 from zerolayer.gateway.limits import Limiter
@@ -67,6 +69,8 @@ class Gateway:
         self.key_id = key_id
         self.prompts = prompts
         self.app = app
+        self._url: str | None = None
+        self._server: Any = None
 
     @property
     def auth(self) -> dict[str, str]:
@@ -79,6 +83,36 @@ class Gateway:
     def settled(self) -> None:
         """Wait until the background settlements of finished requests are written."""
         self.client.portal.call(self.app.state.flow.drain)
+
+    def http(self) -> str:
+        """Serve this app over real HTTP too (uvicorn on a free port, in the event loop the
+        app and its replicas run in), for clients that bring their own HTTP stack (the openai
+        package); its base URL. Stopped with the fixture."""
+        if self._url is None:
+            import uvicorn
+
+            port = free_port()
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    self.app, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
+                )
+            )
+            self.client.portal.start_task_soon(server.serve)
+            deadline = time.monotonic() + 10
+            while not server.started:
+                assert time.monotonic() < deadline, "uvicorn did not start"
+                time.sleep(0.01)
+            self._server = server
+            self._url = f"http://127.0.0.1:{port}/v1"
+        return self._url
+
+    def stop_http(self) -> None:
+        """Stop the HTTP server of http(), if started."""
+        if self._server is not None:
+            self._server.should_exit = True
+            deadline = time.monotonic() + 10
+            while self._server.started and time.monotonic() < deadline:
+                time.sleep(0.01)
 
 
 GatewayFactory = Callable[..., Gateway]
@@ -97,6 +131,7 @@ def make_gateway(
     by one call of the fixture share Redis (and, when given, the key), and one limiter clock: a
     fixed time 20 s into the current minute, so no test's requests straddle a minute's edge."""
     stack: list[TestClient] = []
+    made: list[Gateway] = []
     frozen = 60 * (time.time() // 60) + 20
 
     def clock() -> float:
@@ -167,6 +202,9 @@ def make_gateway(
                 keys=KeyStore(sync),
                 traffic=AsyncTrafficStore(aclient, ts.retention_s, ts.max_per_key),
                 traffic_admin=TrafficStore(sync, ts.retention_s),
+                conversations=ConversationStore(
+                    aclient, cfg.conversations.response_ttl_s, cfg.conversations.conversation_ttl_s
+                ),
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
             )
@@ -177,9 +215,12 @@ def make_gateway(
         stack.append(client)
         for r in replicas.values():
             client.portal.call(r.start)
-        return Gateway(client, engine, key[0], key[1], prompts, app, clock, sync)
+        made.append(Gateway(client, engine, key[0], key[1], prompts, app, clock, sync))
+        return made[-1]
 
     yield make
+    for gw in made:
+        gw.stop_http()
     for client in reversed(stack):
         client.__exit__(None, None, None)
 

@@ -25,6 +25,7 @@ from zerolayer.config.plans import PlanConfig, PlanLimits, TierPrice
 from zerolayer.config.platform_config import PlatformConfig
 from zerolayer.config.services import (
     ChunkerConfig,
+    ConversationsConfig,
     GatewayConfig,
     KernelConfig,
     MonitoringConfig,
@@ -50,6 +51,7 @@ __all__ = [
     "RayConfig",
     "GatewayConfig",
     "ChunkerConfig",
+    "ConversationsConfig",
     "TokenfixConfig",
     "KernelConfig",
     "MonitoringConfig",

@@ -11,6 +11,7 @@ from zerolayer.config.models import ModelConfig
 from zerolayer.config.plans import PlanConfig
 from zerolayer.config.services import (
     ChunkerConfig,
+    ConversationsConfig,
     GatewayConfig,
     KernelConfig,
     MonitoringConfig,
@@ -74,6 +75,10 @@ class PlatformConfig(Strict):
     traffic_sampling: TrafficSamplingConfig = Field(
         default_factory=TrafficSamplingConfig,
         description="Prompts of opted-in keys kept for recalibration",
+    )
+    conversations: ConversationsConfig = Field(
+        default_factory=ConversationsConfig,
+        description="Stored responses and conversations: how long they live",
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

@@ -265,3 +265,25 @@ class TrafficSamplingConfig(Strict):
     max_chars: int = Field(
         default=16000, ge=100, description="A longer prompt is kept cut to this many characters"
     )
+
+
+class ConversationsConfig(Strict):
+    """Stored responses and conversations (the Responses and Conversations APIs), in Redis."""
+
+    response_ttl_s: int | None = Field(
+        default=30 * 86400,
+        ge=60,
+        description="How long a stored response lives (a previous_response_id it can be "
+        "continued from); None: until deleted",
+    )
+    conversation_ttl_s: int | None = Field(
+        default=None,
+        ge=60,
+        description="How long a conversation lives after its last change; None: until deleted",
+    )
+    lock_margin_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A response holds its conversation for the gateway's tier wait and request "
+        "timeout plus this margin at most (a gateway that died frees it then)",
+    )

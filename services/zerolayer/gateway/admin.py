@@ -1,5 +1,6 @@
 """The admin API under /admin: create, list, revoke and re-plan API keys, opt them in or out
-of traffic sampling and delete what was kept of them; run the canary now.
+of traffic sampling and delete what was kept of them; a tenant's keys and stored objects, and
+deleting all of those objects (a data deletion request); run the canary now.
 Guarded by the admin key (its SHA-256 is in the gateway config; the key itself never is)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from zerolayer.gateway.http import read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
-from zerolayer.store.keys import KeyStore, UnknownKey, hash_key
+from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant, hash_key
 
 __all__ = ["admin_router"]
 
@@ -27,6 +28,14 @@ class KeyNotFound(APIError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "key_not_found"
+
+
+class TenantNotFound(APIError):
+    """No key was ever made for the given tenant."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "tenant_not_found"
 
 
 def admin_router(parts: GatewayParts) -> APIRouter:
@@ -62,12 +71,14 @@ def admin_router(parts: GatewayParts) -> APIRouter:
             return await asyncio.to_thread(fn, *args)
         except UnknownKey as exc:
             raise KeyNotFound(str(exc)) from exc
+        except UnknownTenant as exc:
+            raise TenantNotFound(str(exc), param="tenant") from exc
 
     @router.post("/keys", status_code=201, openapi_extra=body_schema(CreateKeyRequest))
     async def create_key(request: Request) -> JSONResponse:
         store = guard(request)
         body = await read_json(request, CreateKeyRequest, max_bytes, timeout)
-        key, record = await call(store.create, plan_of(body.plan), body.name)
+        key, record = await call(store.create, plan_of(body.plan), body.name, body.tenant)
         return JSONResponse({"key": key, **record.public()}, status_code=201)
 
     @router.get("/keys")
@@ -123,6 +134,30 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         store = guard(request)
         await call(store.get, key_id)
         return {"key_id": key_id, "deleted": await call(purge, key_id)}
+
+    @router.get("/tenants/{tenant}")
+    async def tenant_objects(request: Request, tenant: str) -> dict[str, Any]:
+        """A tenant's keys and its stored responses and conversations (ids, never content)."""
+        keys = await call(guard(request).tenant_keys, tenant)
+        objects = (
+            [] if parts.conversations is None else await parts.conversations.tenant_objects(tenant)
+        )
+        return {
+            "tenant": tenant,
+            "keys": [k.public() for k in keys],
+            "objects": {"object": "list", "data": objects},
+        }
+
+    @router.delete("/tenants/{tenant}/objects")
+    async def delete_tenant_objects(request: Request, tenant: str) -> dict[str, Any]:
+        """Delete every stored response and conversation of a tenant (its keys stay)."""
+        await call(guard(request).tenant_keys, tenant)
+        deleted = (
+            {"response": 0, "conversation": 0}
+            if parts.conversations is None
+            else await parts.conversations.purge_tenant(tenant)
+        )
+        return {"tenant": tenant, "deleted": deleted}
 
     @router.post("/canary")
     async def run_canary(request: Request) -> dict[str, Any]:

@@ -21,11 +21,19 @@ from zerolayer.errors import APIError, InvalidRequest, StoreUnavailable, openai_
 from zerolayer.gateway.admin import admin_router
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import chunks_router
+from zerolayer.gateway.conversations import conversations_router
 from zerolayer.gateway.flow import Flow
 from zerolayer.gateway.http import authorise, error_response, read_json, validation_message
 from zerolayer.gateway.live import render_live
 from zerolayer.gateway.openapi import body_schema, install_schema
 from zerolayer.gateway.parts import GatewayParts
+from zerolayer.gateway.response_bodies import (
+    AddItemsRequest,
+    CreateConversationRequest,
+    CreateResponseRequest,
+    UpdateConversationRequest,
+)
+from zerolayer.gateway.responses import Responder, responses_router
 from zerolayer.gateway.schemas import (
     ChangePlanRequest,
     ChatCompletionRequest,
@@ -44,6 +52,10 @@ BODY_MODELS: list[type[BaseModel]] = [
     ChunksRequest,
     CreateKeyRequest,
     ChangePlanRequest,
+    CreateResponseRequest,
+    CreateConversationRequest,
+    UpdateConversationRequest,
+    AddItemsRequest,
 ]
 
 
@@ -140,6 +152,12 @@ def create_app(parts: GatewayParts) -> FastAPI:
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     app.include_router(chunks_router(parts, catalog, flow))
+    if parts.conversations is not None:
+        responder = Responder(flow, parts.conversations)
+        app.include_router(responses_router(parts.lookup_key, responder, max_bytes, timeout))
+        app.include_router(
+            conversations_router(parts.lookup_key, parts.conversations, max_bytes, timeout)
+        )
     app.include_router(admin_router(parts))
     install_schema(app, BODY_MODELS)
     return app

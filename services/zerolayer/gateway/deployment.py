@@ -15,6 +15,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from zerolayer.config import PlatformConfig
+from zerolayer.conversations import ConversationStore
 from zerolayer.gateway.api import create_app
 from zerolayer.gateway.canary import CanaryRunner
 from zerolayer.gateway.catalog import Catalog
@@ -155,7 +156,7 @@ class GatewayDeployment:
             tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
         self.backend = HandleBackend(tokenfix, chunker)
         self.tiers = AsyncTierBoard(self.redis)
-        ts = self.config.traffic_sampling
+        ts, conv = self.config.traffic_sampling, self.config.conversations
         admin_redis = sync_client(self.config.redis)  # the admin API's calls (rare)
         self.parts = GatewayParts(
             backend=self.backend,
@@ -169,6 +170,9 @@ class GatewayDeployment:
             traffic_admin=TrafficStore(admin_redis, ts.retention_s),
             tiers=self.tiers,
             live=LiveSignals(self.redis, self.config.monitoring),
+            conversations=ConversationStore(
+                self.redis, conv.response_ttl_s, conv.conversation_ttl_s
+            ),
             canary=CanaryRunner(self.redis, self.config, self.backend.canary, self._ready),
         )
 

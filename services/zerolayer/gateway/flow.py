@@ -8,7 +8,7 @@ import functools
 import logging
 import random
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +34,12 @@ from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream, usage
 from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
-from zerolayer.protocol import End, Failed, PromptInput, SamplingSpec, Target
+from zerolayer.protocol import End, Failed, PromptInput, ReplicaEvent, SamplingSpec, Start, Target
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
-__all__ = ["Flow", "completion_budget"]
+__all__ = ["Flow", "Opened", "completion_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -230,15 +230,31 @@ class Flow:
         if await retried(step, f"settling {r.request_id}", self._stop):
             self.inflight.pop(r.request_id, None)
 
+    async def begin(self, record: ApiKeyRecord, model: str, rid: str) -> _Call:
+        """A request's first steps: its tier (the model id and plan rules), admission control,
+        the cheap limits."""
+        target = self.catalog.resolve(model, record.plan, await self.states())
+        self.shed(record, target)
+        return _Call(record, target, target, await self.request(record, rid))
+
+    async def sized(self, call: _Call, prompt_tokens: int, max_tokens: int) -> None:
+        """The limits that need the request's size, then counted as a request of its tier."""
+        price = self.config.plans[call.record.plan].prices[call.target.tier]
+        await self.reserve(
+            call.record,
+            call.reservation,
+            prompt_tokens + max_tokens,
+            price.micros(prompt_tokens, max_tokens),
+        )
+        self.metrics.inc("requests", str(call.target), call.record.plan)
+
     async def __call__(
         self, body: ChatCompletionRequest | CompletionRequest, record: ApiKeyRecord
     ) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
-        target = self.catalog.resolve(body.model, record.plan, await self.states())
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
-            self.shed(record, target)
-            call = _Call(record, target, target, await self.request(record, rid))
+            call = await self.begin(record, body.model, rid)
             try:
                 return await self._run(body, call)
             except BaseException:
@@ -355,9 +371,9 @@ class Flow:
         messages[job.index]["content"] = SUMMARY_NOTE + summary
         return await prompt_ids(self.backend, model, PromptInput(messages=messages))
 
-    async def _complete(
-        self, call: _Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
-    ) -> Response:
+    async def completed(self, call: _Call, spec: SamplingSpec) -> End:
+        """Run a request whole on its tier; settled and measured when it returns (a failure
+        raised as its APIError)."""
         res = None
         g = self.config.gateway
         limit_s = g.tier_wait_s + g.request_timeout_s
@@ -374,6 +390,12 @@ class Flow:
         if isinstance(res, Failed):
             res.raise_()
         self.ended(call, res)
+        return res
+
+    async def _complete(
+        self, call: _Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
+    ) -> Response:
+        res = await self.completed(call, spec)
         reply = shape.final(
             res.text, res.finish_reason, call.usage(res.prompt_tokens, res.completion_tokens)
         )
@@ -381,14 +403,9 @@ class Flow:
             reply["zerolayer_summary"] = call.job.usage()
         return JSONResponse(reply, headers=headers)
 
-    async def _stream(
-        self,
-        call: _Call,
-        spec: SamplingSpec,
-        shape: Shape,
-        headers: dict[str, str],
-        include_usage: bool,
-    ) -> Response:
+    async def opened(self, call: _Call, spec: SamplingSpec) -> Opened:
+        """Start a streamed request on its tier: its first event (Start) once a replica took
+        it, the rest of its events, and the hooks its stream must call (first token, end)."""
         tier = str(call.target)
         waiting = self.admission.waiting(tier)
         events = self.backend.stream(call.dest, spec)
@@ -418,9 +435,20 @@ class Flow:
                 self.ended(call, end)
             self.finish(call, prompt, completion)
 
+        return Opened(first, events, on_token, on_end, lambda: self.finish(call, 0, 0))
+
+    async def _stream(
+        self,
+        call: _Call,
+        spec: SamplingSpec,
+        shape: Shape,
+        headers: dict[str, str],
+        include_usage: bool,
+    ) -> Response:
+        o = await self.opened(call, spec)
         return ClosingStream(
-            sse_stream(shape, events, first, include_usage, on_token, on_end, call.usage),
-            on_close=lambda: self.finish(call, 0, 0),
+            sse_stream(shape, o.events, o.first, include_usage, o.on_token, o.on_end, call.usage),
+            on_close=o.on_close,
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
@@ -487,3 +515,16 @@ class _Call:
     def usage(self, prompt: int, completion: int) -> dict[str, int]:
         """Usage as the reply reports it: billed tokens, map-reduce calls included."""
         return usage(*self.billed(prompt, completion))
+
+
+@dataclass
+class Opened:
+    """A streamed request a replica took: its Start, the rest of its events, and the hooks the
+    stream calls: on_token() at the first token, on_end(prompt, completion, end) once however
+    it ends, on_close() when the HTTP response closes (a no-op after on_end)."""
+
+    first: Start
+    events: AsyncIterator[ReplicaEvent]
+    on_token: Callable[[], None]
+    on_end: Callable[[int, int, End | None], None]
+    on_close: Callable[[], None]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from zerolayer.config import PlatformConfig
+from zerolayer.conversations import ConversationStore
 from zerolayer.gateway.http import KeyLookup
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.live import LiveSignals
@@ -76,6 +77,7 @@ class GatewayParts:
     canary: Any = None  # the CanaryRunner (gateway.canary) this replica runs in the background
     traffic: AsyncTrafficStore | None = None  # where opted-in keys' sampled prompts go
     traffic_admin: TrafficStore | None = None  # the admin API's view of them (delete, count)
+    conversations: ConversationStore | None = None  # stored responses, conversations; None: off
 
 
 async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:

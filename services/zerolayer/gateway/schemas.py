@@ -193,6 +193,12 @@ class CreateKeyRequest(_Body):
 
     plan: str = Field(min_length=1, description="Plan of the new key")
     name: str = Field(default="", max_length=200, description="A label for the key")
+    tenant: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An existing tenant the key belongs to (it sees the tenant's stored "
+        "responses and conversations); default: a new tenant",
+    )
 
 
 class ChangePlanRequest(_Body):

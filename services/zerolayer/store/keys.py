@@ -16,6 +16,7 @@ from zerolayer.errors import ZerolayerError
 __all__ = [
     "KEY_PREFIX",
     "UnknownKey",
+    "UnknownTenant",
     "ApiKeyRecord",
     "hash_key",
     "new_key",
@@ -27,10 +28,15 @@ KEY_PREFIX = "zl-"
 _HASH_NS = "zl:key:"
 _INDEX = "zl:keys"
 _ID_NS = "zl:keyid:"
+_TENANTS = "zl:tenants"
 
 
 class UnknownKey(ZerolayerError, LookupError):
     """No key has that id."""
+
+
+class UnknownTenant(ZerolayerError, LookupError):
+    """No key was ever created for that tenant."""
 
 
 def hash_key(key: str) -> str:
@@ -53,6 +59,12 @@ class ApiKeyRecord:
     name: str
     revoked: bool
     sample_traffic: bool | None = None  # kept for recalibration; None: the plan decides
+    tenant: str = ""  # the account whose stored objects the key sees; "" (older keys): its own
+
+    @property
+    def owner(self) -> str:
+        """The tenant that owns what this key stores (older keys are tenants of their own)."""
+        return self.tenant or self.key_id
 
     def samples(self, plan_default: bool) -> bool:
         """Whether this key's prompts may be kept for recalibration (its own setting, else its
@@ -68,6 +80,7 @@ class ApiKeyRecord:
             "created": int(self.created),
             "revoked": self.revoked,
             "sample_traffic": self.sample_traffic,
+            "tenant": self.owner,
         }
 
     @classmethod
@@ -82,6 +95,7 @@ class ApiKeyRecord:
             name=get("name"),
             revoked=get("revoked") == "1",
             sample_traffic={"1": True, "0": False}.get(get("sample_traffic")),
+            tenant=get("tenant"),
         )
 
 
@@ -89,16 +103,24 @@ class KeyStore:
     """Create, list, revoke and re-plan keys (CLI and admin API; synchronous: these are rare).
 
     Redis layout: zl:key:<sha256> is a hash with the record, zl:keys the set of all hashes,
-    zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash)."""
+    zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash), zl:tenants
+    the set of tenant ids. A tenant is an account: every key made for it sees what the others
+    stored."""
 
     def __init__(self, client: Redis):
         self.client = client
 
-    def create(self, plan: str, name: str = "") -> tuple[str, ApiKeyRecord]:
-        """Store a new key's hash; return the key (shown once) and its record."""
+    def create(
+        self, plan: str, name: str = "", tenant: str | None = None
+    ) -> tuple[str, ApiKeyRecord]:
+        """Store a new key's hash; return the key (shown once) and its record. The key belongs
+        to `tenant` (which must exist: UnknownTenant), else to a new tenant of its own."""
+        if tenant is not None and not self.client.sismember(_TENANTS, tenant):
+            raise UnknownTenant(f"no tenant with id {tenant!r}")
         key = new_key()
         digest = hash_key(key)
-        record = ApiKeyRecord(digest[:12], plan, time.time(), name, False)
+        tenant = tenant or "tenant_" + secrets.token_hex(8)
+        record = ApiKeyRecord(digest[:12], plan, time.time(), name, False, tenant=tenant)
         pipe = self.client.pipeline()
         pipe.hset(
             _HASH_NS + digest,
@@ -108,8 +130,10 @@ class KeyStore:
                 "created": str(record.created),
                 "name": name,
                 "revoked": "0",
+                "tenant": tenant,
             },
         )
+        pipe.sadd(_TENANTS, tenant)
         pipe.sadd(_INDEX, digest)
         pipe.set(_ID_NS + record.key_id, digest)
         pipe.execute()
@@ -145,6 +169,13 @@ class KeyStore:
             pipe.hgetall(_HASH_NS + d)
         records = [ApiKeyRecord.from_hash(data) for data in pipe.execute() if data]
         return sorted(records, key=lambda r: (r.created, r.key_id))
+
+    def tenant_keys(self, tenant: str) -> list[ApiKeyRecord]:
+        """The keys of a tenant (UnknownTenant if it has none)."""
+        keys = [r for r in self.list() if r.owner == tenant]
+        if not keys:
+            raise UnknownTenant(f"no tenant with id {tenant!r}")
+        return keys
 
     def revoke(self, key_id: str) -> ApiKeyRecord:
         """Mark a key revoked; every gateway refuses it from its next request (look-ups are not

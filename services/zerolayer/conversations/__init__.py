@@ -1,0 +1,34 @@
+"""Conversation state in Redis, shared by every gateway replica: stored responses (the Responses
+API's `previous_response_id` chains), conversations and their items (the Conversations API), each
+owned by one tenant. The gateway's routes (gateway.responses, gateway.conversations) are the only
+callers."""
+
+from zerolayer.conversations.items import (
+    ItemError,
+    Page,
+    assistant_item,
+    input_items,
+    messages_of,
+    new_id,
+    page,
+)
+from zerolayer.conversations.store import (
+    Busy,
+    ConversationStore,
+    NotFound,
+    StoredResponse,
+)
+
+__all__ = [
+    "Busy",
+    "ConversationStore",
+    "ItemError",
+    "NotFound",
+    "Page",
+    "StoredResponse",
+    "assistant_item",
+    "input_items",
+    "messages_of",
+    "new_id",
+    "page",
+]

@@ -1,0 +1,317 @@
+"""Stored responses and conversations in Redis, owned by tenants.
+
+Layout (a conversation's keys share one hash slot, so a Redis Cluster keeps them together):
+  zl:resp:{<id>}              hash: tenant, obj (the response object, JSON), input (its input
+                              items), context (the items the next turn continues from: the
+                              history it was given, its input and its output), expires after
+                              `response_ttl_s`
+  zl:conv:{<id>}              hash: tenant, created_at, metadata (JSON), seq (items added so far)
+  zl:conv:{<id>}:order        sorted set: item id -> its sequence number (the items' order)
+  zl:conv:{<id>}:items        hash: item id -> item (JSON)
+  zl:conv:{<id>}:lock         the response being generated on it (a lease: SET NX PX)
+  zl:tenant:{<tenant>}:objects  sorted set: "response:<id>" / "conversation:<id>" -> created_at
+                              (what the admin API lists and deletes for a tenant)
+
+An object of another tenant is reported exactly as a missing one (NotFound): no existence
+oracle. Items are added by one script that checks the owner and, for a response, that it still
+holds the conversation's lock, so two responses never interleave their items."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+
+from zerolayer.conversations.items import Page
+from zerolayer.errors import ZerolayerError
+
+__all__ = ["NotFound", "Busy", "StoredResponse", "ConversationStore"]
+
+
+class NotFound(ZerolayerError, LookupError):
+    """No such object for this tenant (missing, expired, deleted, or another tenant's)."""
+
+
+class Busy(ZerolayerError):
+    """Another response is being generated on the conversation."""
+
+
+def _resp(rid: str) -> str:
+    return f"zl:resp:{{{rid}}}"
+
+
+def _conv(cid: str) -> str:
+    return f"zl:conv:{{{cid}}}"
+
+
+def _objects(tenant: str) -> str:
+    return f"zl:tenant:{{{tenant}}}:objects"
+
+
+# KEYS: conv hash, order zset, items hash, lock. ARGV: tenant, lock token ('' = none),
+# ttl ms (0 = none), then item id / item JSON pairs. -1: not found, -2: lock not held.
+_ADD = """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return -1 end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[2] then return -2 end
+local n = 0
+for i = 4, #ARGV, 2 do
+  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+  redis.call('ZADD', KEYS[2], seq, ARGV[i])
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  n = n + 1
+end
+if ARGV[2] ~= '' then redis.call('DEL', KEYS[4]) end
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], ttl) end
+end
+return n
+"""
+
+# KEYS: lock. ARGV: token. Deletes the lock only if this token holds it.
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass
+class StoredResponse:
+    """A stored response: its object, its input items, and the items a follow-up continues
+    from."""
+
+    obj: dict[str, Any]
+    input: list[dict[str, Any]]
+    context: list[dict[str, Any]]
+
+
+class ConversationStore:
+    """Responses, conversations and their items, per tenant (the gateway's, async)."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        response_ttl_s: float | None = 30 * 86400,
+        conversation_ttl_s: float | None = None,
+    ):
+        self.client = client
+        self.response_ttl_ms = int(response_ttl_s * 1000) if response_ttl_s else 0
+        self.conversation_ttl_ms = int(conversation_ttl_s * 1000) if conversation_ttl_s else 0
+        self._add = client.register_script(_ADD)
+        self._unlock = client.register_script(_UNLOCK)
+
+    # -- responses ---------------------------------------------------------------------------
+
+    async def save_response(
+        self,
+        tenant: str,
+        obj: dict[str, Any],
+        input_items: list[dict[str, Any]],
+        context: list[dict[str, Any]],
+    ) -> None:
+        """Store (or overwrite) a response, in one transaction."""
+        key = _resp(obj["id"])
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(
+            key,
+            mapping={
+                "tenant": tenant,
+                "obj": json.dumps(obj, separators=(",", ":")),
+                "input": json.dumps(input_items, separators=(",", ":")),
+                "context": json.dumps(context, separators=(",", ":")),
+            },
+        )
+        if self.response_ttl_ms:
+            pipe.pexpire(key, self.response_ttl_ms)
+        pipe.zadd(_objects(tenant), {f"response:{obj['id']}": obj["created_at"]})
+        await pipe.execute()
+
+    async def response(self, tenant: str, rid: str, context: bool = False) -> StoredResponse:
+        """A tenant's stored response (its context only when asked for); NotFound otherwise."""
+        fields = ["tenant", "obj", "input"] + (["context"] if context else [])
+        got = await self.client.hmget(_resp(rid), fields)
+        if got[0] is None or got[0].decode() != tenant:
+            raise NotFound(f"no response with id {rid!r}")
+        return StoredResponse(
+            json.loads(got[1]), json.loads(got[2]), json.loads(got[3]) if context else []
+        )
+
+    async def delete_response(self, tenant: str, rid: str) -> None:
+        """Delete a tenant's stored response; NotFound if it has none of that id."""
+        await self.response(tenant, rid)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(_resp(rid))
+        pipe.zrem(_objects(tenant), f"response:{rid}")
+        await pipe.execute()
+
+    # -- conversations -----------------------------------------------------------------------
+
+    async def create_conversation(
+        self, tenant: str, cid: str, metadata: dict[str, str], items: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """A new conversation with its first items."""
+        created = int(time.time())
+        key = _conv(cid)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(
+            key,
+            mapping={
+                "tenant": tenant,
+                "created_at": created,
+                "metadata": json.dumps(metadata),
+                "seq": 0,
+            },
+        )
+        if self.conversation_ttl_ms:
+            pipe.pexpire(key, self.conversation_ttl_ms)
+        pipe.zadd(_objects(tenant), {f"conversation:{cid}": created})
+        await pipe.execute()
+        if items:
+            await self.add_items(tenant, cid, items)
+        return _conversation(cid, created, metadata)
+
+    async def conversation(self, tenant: str, cid: str) -> dict[str, Any]:
+        """A tenant's conversation object; NotFound otherwise."""
+        got = await self.client.hmget(_conv(cid), ["tenant", "created_at", "metadata"])
+        if got[0] is None or got[0].decode() != tenant:
+            raise NotFound(f"no conversation with id {cid!r}")
+        return _conversation(cid, int(got[1]), json.loads(got[2]))
+
+    async def update_conversation(
+        self, tenant: str, cid: str, metadata: dict[str, str]
+    ) -> dict[str, Any]:
+        """Replace a conversation's metadata."""
+        conv = await self.conversation(tenant, cid)
+        await self.client.hset(_conv(cid), "metadata", json.dumps(metadata))
+        return {**conv, "metadata": metadata}
+
+    async def delete_conversation(self, tenant: str, cid: str) -> None:
+        """Delete a conversation and every item of it."""
+        await self.conversation(tenant, cid)
+        key = _conv(cid)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(key, key + ":order", key + ":items", key + ":lock")
+        pipe.zrem(_objects(tenant), f"conversation:{cid}")
+        await pipe.execute()
+
+    async def add_items(
+        self, tenant: str, cid: str, items: list[dict[str, Any]], lock: str | None = None
+    ) -> None:
+        """Append items in order, atomically; with `lock`, only while that response still holds
+        the conversation (and the lock is released with the same write). NotFound, Busy."""
+        key = _conv(cid)
+        args: list[Any] = [tenant, lock or "", self.conversation_ttl_ms]
+        for it in items:
+            args += [it["id"], json.dumps(it, separators=(",", ":"))]
+        n = await self._add(keys=[key, key + ":order", key + ":items", key + ":lock"], args=args)
+        if n == -1:
+            raise NotFound(f"no conversation with id {cid!r}")
+        if n == -2:
+            raise Busy(f"the conversation {cid} is no longer held by this response")
+
+    async def items(self, tenant: str, cid: str) -> list[dict[str, Any]]:
+        """Every item of a conversation, oldest first (a response's history)."""
+        await self.conversation(tenant, cid)
+        key = _conv(cid)
+        ids = await self.client.zrange(key + ":order", 0, -1)
+        return await self._items(key, ids)
+
+    async def _items(self, key: str, ids: list[bytes]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        raw = await self.client.hmget(key + ":items", ids)
+        return [json.loads(r) for r in raw if r is not None]
+
+    async def item_page(
+        self,
+        tenant: str,
+        cid: str,
+        limit: int,
+        order: Literal["asc", "desc"],
+        after: str | None,
+    ) -> Page:
+        """One page of a conversation's items, by cursor (the id of the item before it)."""
+        await self.conversation(tenant, cid)
+        key = _conv(cid)
+        lo, hi = "-inf", "+inf"
+        if after is not None:
+            score = await self.client.zscore(key + ":order", after)
+            if score is None:
+                raise NotFound(f"no item with id {after!r} in conversation {cid!r}")
+            lo, hi = (f"({int(score)}", "+inf") if order == "asc" else ("-inf", f"({int(score)}")
+        if order == "asc":
+            ids = await self.client.zrangebyscore(key + ":order", lo, hi, start=0, num=limit + 1)
+        else:
+            ids = await self.client.zrevrangebyscore(key + ":order", hi, lo, start=0, num=limit + 1)
+        return Page(await self._items(key, ids[:limit]), len(ids) > limit)
+
+    async def item(self, tenant: str, cid: str, item_id: str) -> dict[str, Any]:
+        """One item of a conversation; NotFound otherwise."""
+        await self.conversation(tenant, cid)
+        raw = await self.client.hget(_conv(cid) + ":items", item_id)
+        if raw is None:
+            raise NotFound(f"no item with id {item_id!r} in conversation {cid!r}")
+        return json.loads(raw)
+
+    async def delete_item(self, tenant: str, cid: str, item_id: str) -> None:
+        """Delete one item of a conversation."""
+        await self.item(tenant, cid, item_id)
+        key = _conv(cid)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(key + ":order", item_id)
+        pipe.hdel(key + ":items", item_id)
+        await pipe.execute()
+
+    async def lock(self, tenant: str, cid: str, token: str, lease_ms: int) -> None:
+        """Hold a conversation while a response is generated on it; Busy if another does."""
+        await self.conversation(tenant, cid)
+        if not await self.client.set(_conv(cid) + ":lock", token, nx=True, px=lease_ms):
+            raise Busy(f"another response is being generated on conversation {cid}")
+
+    async def unlock(self, cid: str, token: str) -> None:
+        """Release a conversation this token holds (no-op otherwise)."""
+        await self._unlock(keys=[_conv(cid) + ":lock"], args=[token])
+
+    # -- tenants -----------------------------------------------------------------------------
+
+    async def tenant_objects(self, tenant: str) -> list[dict[str, Any]]:
+        """Every stored response and conversation of a tenant, oldest first (expired responses
+        are dropped from the index as they are found)."""
+        members = await self.client.zrange(_objects(tenant), 0, -1, withscores=True)
+        out, gone = [], []
+        pipe = self.client.pipeline(transaction=False)
+        parsed = []
+        for raw, score in members:
+            kind, _, oid = raw.decode().partition(":")
+            parsed.append((raw, kind, oid, score))
+            pipe.exists(_resp(oid) if kind == "response" else _conv(oid))
+        for (raw, kind, oid, score), alive in zip(parsed, await pipe.execute(), strict=True):
+            if alive:
+                out.append({"object": kind, "id": oid, "created_at": int(score)})
+            else:
+                gone.append(raw)
+        if gone:
+            await self.client.zrem(_objects(tenant), *gone)
+        return out
+
+    async def purge_tenant(self, tenant: str) -> dict[str, int]:
+        """Delete every stored response and conversation of a tenant; how many of each."""
+        counts = {"response": 0, "conversation": 0}
+        for obj in await self.tenant_objects(tenant):
+            try:
+                if obj["object"] == "response":
+                    await self.delete_response(tenant, obj["id"])
+                else:
+                    await self.delete_conversation(tenant, obj["id"])
+            except NotFound:
+                continue
+            counts[obj["object"]] += 1
+        await self.client.delete(_objects(tenant))
+        return counts
+
+
+def _conversation(cid: str, created: int, metadata: dict[str, str]) -> dict[str, Any]:
+    return {"id": cid, "object": "conversation", "created_at": created, "metadata": metadata}

@@ -1,0 +1,407 @@
+"""The Responses API: POST /v1/responses (continued by previous_response_id or on a
+conversation, whole or streamed), GET and DELETE /v1/responses/{id}, and its input items.
+
+A response runs through the same Flow as a chat completion (tier from the model id and plan,
+admission control, limits, settlement of what was delivered). What it depends on is written
+before its id reaches the client: the stored response (and the conversation's new items)
+before the JSON reply, or before the stream's last event. A response on a conversation holds
+the conversation while it is generated; a second one meanwhile is a 409 conversation_busy (its
+items could otherwise interleave). A response that fails or whose client leaves mid-stream is
+stored as failed or incomplete with what was delivered, and adds nothing to its conversation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from redis.exceptions import RedisError
+
+from zerolayer.conversations import (
+    Busy,
+    ConversationStore,
+    NotFound,
+    input_items,
+    messages_of,
+    new_id,
+    page,
+)
+from zerolayer.errors import (
+    APIError,
+    ContextLengthExceeded,
+    ConversationBusy,
+    EngineError,
+    InvalidRequest,
+    ObjectNotFound,
+)
+from zerolayer.gateway.flow import Flow, Opened, completion_budget
+from zerolayer.gateway.http import ClosingStream, KeyLookup, authorise, read_json
+from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.parts import prompt_ids
+from zerolayer.gateway.response_bodies import CreateResponseRequest
+from zerolayer.gateway.response_objects import ResponseShape, outcome, response_usage
+from zerolayer.protocol import Delta, End, Failed, PromptInput, SamplingSpec
+from zerolayer.store.keys import ApiKeyRecord
+
+__all__ = ["Responder", "responses_router"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Turn:
+    """What one response continues from and adds."""
+
+    tenant: str
+    rid: str
+    history: list[
+        dict[str, Any]
+    ]  # the items it continues (a previous response's, a conversation's)
+    new: list[dict[str, Any]]  # its input items
+    conversation: str | None = None  # the conversation it holds, if any
+    done: bool = False  # stored (or given up): nothing left to write or release
+
+
+class Responder:
+    """Creates responses (one per gateway replica, over its Flow) and stores them."""
+
+    def __init__(self, flow: Flow, store: ConversationStore):
+        self.flow = flow
+        self.store = store
+        g, c = flow.config.gateway, flow.config.conversations
+        self.lease_ms = int((g.tier_wait_s + g.request_timeout_s + c.lock_margin_s) * 1000)
+
+    async def create(self, body: CreateResponseRequest, record: ApiKeyRecord) -> Response:
+        """POST /v1/responses."""
+        rid = new_id("resp")
+        try:
+            turn = await self._turn(body, record, rid)
+            try:
+                return await self._run(body, record, turn)
+            except BaseException:
+                if not turn.done:
+                    turn.done = True
+                    self._release(turn)
+                raise
+        except APIError as exc:
+            exc.request_id = rid
+            raise
+
+    async def _turn(self, body: CreateResponseRequest, record: ApiKeyRecord, rid: str) -> _Turn:
+        cid = body.conversation_id()
+        if cid is not None and body.previous_response_id is not None:
+            raise InvalidRequest(
+                "give previous_response_id or conversation, not both", param="conversation"
+            )
+        if cid is not None and not body.store:
+            raise InvalidRequest(
+                "a response with store: false keeps nothing, so it cannot be added to a "
+                "conversation; drop store or conversation",
+                param="store",
+            )
+        new = input_items(body.input) if body.input is not None else []
+        tenant = record.owner
+        if body.previous_response_id is not None:
+            try:
+                prev = await self.store.response(tenant, body.previous_response_id, context=True)
+            except NotFound as exc:
+                raise ObjectNotFound(
+                    f"no stored response with id {body.previous_response_id!r}",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                ) from exc
+            turn = _Turn(tenant, rid, prev.context, new)
+        elif cid is not None:
+            try:
+                await self.store.lock(tenant, cid, rid, self.lease_ms)
+            except NotFound as exc:
+                raise ObjectNotFound(
+                    f"no conversation with id {cid!r}", param="conversation"
+                ) from exc
+            except Busy as exc:
+                raise ConversationBusy(
+                    f"another response is being generated on conversation {cid}; retry when "
+                    "it has finished",
+                    1.0,
+                ) from exc
+            turn = _Turn(tenant, rid, [], new, conversation=cid)
+            try:
+                turn.history = await self.store.items(tenant, cid)
+            except BaseException:
+                self._release(turn)
+                raise
+        else:
+            turn = _Turn(tenant, rid, [], new)
+        if not turn.history and not turn.new:
+            raise InvalidRequest("input is missing: give a text or a list of items", param="input")
+        return turn
+
+    def _release(self, turn: _Turn) -> None:
+        """Free the conversation a response held (in the background: it may be cancelled)."""
+        if turn.conversation is not None:
+            self.flow.later(self._unlock(turn.conversation, turn.rid))
+
+    async def _unlock(self, cid: str, rid: str) -> None:
+        try:
+            await self.store.unlock(cid, rid)
+        except RedisError as exc:  # its lease runs out by itself
+            log.warning("conversation %s not released: %s", cid, type(exc).__name__)
+
+    async def _fit(
+        self, body: CreateResponseRequest, model: str, turn: _Turn
+    ) -> tuple[list[int], int]:
+        """The prompt's token ids and max_tokens. truncation 'disabled': a 400 stating both
+        numbers when the history and input do not fit; 'auto': the fewest oldest items are
+        dropped (never the instructions; at least the newest item stays)."""
+        cfg = self.flow.config
+        max_len = cfg.models[model].max_model_len
+        default = cfg.gateway.default_max_tokens
+        asked = body.max_output_tokens
+        items = turn.history + turn.new
+        head = [{"role": "system", "content": body.instructions}] if body.instructions else []
+
+        async def ids_without(dropped: int) -> list[int]:
+            messages = head + messages_of(items[dropped:])
+            return await prompt_ids(self.flow.backend, model, PromptInput(messages=messages))
+
+        def fits(n: int) -> bool:
+            return n + (asked if asked is not None else 1) <= max_len
+
+        ids = await ids_without(0)
+        if not fits(len(ids)):
+            if body.truncation == "disabled":
+                raise ContextLengthExceeded(
+                    f"this model's context is {max_len} tokens; the instructions, history and "
+                    f"input have {len(ids)} tokens and max_output_tokens asks for "
+                    f"{asked if asked is not None else 1} more (truncation 'auto' drops the "
+                    "oldest items)",
+                    param="input",
+                )
+            lo, hi = 1, len(items) - 1  # drop at least one, keep at least the newest
+            best = None
+            while lo <= hi:  # the fewest items dropped that fit
+                mid = (lo + hi) // 2
+                cand = await ids_without(mid)
+                if fits(len(cand)):
+                    best, hi = cand, mid - 1
+                else:
+                    lo = mid + 1
+            if best is None:
+                raise ContextLengthExceeded(
+                    f"this model's context is {max_len} tokens; the instructions and the newest "
+                    f"item alone have more than {max_len - (asked or 1)} tokens",
+                    param="input",
+                )
+            ids = best
+        return ids, completion_budget(max_len, len(ids), asked, default)
+
+    async def _run(
+        self, body: CreateResponseRequest, record: ApiKeyRecord, turn: _Turn
+    ) -> Response:
+        call = await self.flow.begin(record, body.model, turn.rid)
+        try:
+            ids, max_tokens = await self._fit(body, call.target.model, turn)
+        except ContextLengthExceeded:
+            self.flow.finish(call, 0, 0)
+            raise
+        try:
+            await self.flow.sized(call, len(ids), max_tokens)
+        except BaseException:
+            self.flow.finish(call, 0, 0)
+            raise
+        prompt = PromptInput(messages=messages_of(turn.history + turn.new))
+        self.flow.sample(call, prompt)
+        spec = SamplingSpec(
+            request_id=turn.rid,
+            prompt_token_ids=ids,
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+        )
+        call.dest = self.flow.route(call.target, len(ids))
+        shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
+        headers = {"x-request-id": turn.rid}
+        if not body.stream:
+            try:
+                end = await self.flow.completed(call, spec)
+            except BaseException:
+                self.flow.finish(call, 0, 0)
+                raise
+            status, incomplete = outcome(end.finish_reason)
+            item = shape.output(end.text, status)
+            usage = response_usage(end.prompt_tokens, end.completion_tokens)
+            obj = shape.resource(status, [item], usage, incomplete=incomplete)
+            await self._keep(turn, obj, item, finished=True)
+            return JSONResponse(obj, headers=headers)
+        opened = await self.flow.opened(call, spec)
+
+        def on_close() -> None:
+            opened.on_close()
+            if not turn.done:  # the stream never started: nothing was delivered
+                turn.done = True
+                self._release(turn)
+
+        return ClosingStream(
+            self._events(shape, opened, turn),
+            on_close=on_close,
+            media_type="text/event-stream",
+            headers={**headers, "cache-control": "no-cache"},
+        )
+
+    async def _keep(
+        self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any], finished: bool
+    ) -> None:
+        """Store a response (and, when the model finished it, add its input and output to its
+        conversation, in one write that also frees the conversation). Raises RedisError when
+        Redis does not answer (the reply is then an error: nothing was acknowledged)."""
+        turn.done = True
+        try:
+            if turn.conversation is not None and finished:
+                await self.store.add_items(
+                    turn.tenant, turn.conversation, turn.new + [item], lock=turn.rid
+                )
+            if obj["store"]:
+                context = turn.history + turn.new + [item]
+                await self.store.save_response(turn.tenant, obj, turn.new, context)
+        except Busy as exc:
+            raise ConversationBusy(
+                f"the conversation {turn.conversation} was taken over while this response ran "
+                "(it ran past its lease); its items were not added",
+                1.0,
+            ) from exc
+        finally:
+            if turn.conversation is not None and not finished:
+                await self._unlock(turn.conversation, turn.rid)
+
+    async def _events(self, shape: ResponseShape, o: Opened, turn: _Turn) -> AsyncIterator[bytes]:
+        """The stream's events. on_end is called once however it ends; the response is stored
+        before its last event (finished, failed) or, when the client left, after (in the
+        background, with what was delivered)."""
+        prompt = o.first.prompt_tokens
+        text: list[str] = []
+        completion = 0
+        ended: End | None = None
+        error: APIError | None = None
+        try:
+            for frame in shape.opening():
+                yield frame
+            try:
+                async for ev in o.events:
+                    if isinstance(ev, Delta):
+                        if not completion:
+                            o.on_token()
+                        completion += ev.tokens
+                        if ev.text:
+                            text.append(ev.text)
+                            yield shape.delta(ev.text)
+                    elif isinstance(ev, End):
+                        completion, ended = ev.completion_tokens, ev
+                        break
+                    elif isinstance(ev, Failed):
+                        completion = max(completion, ev.completion_tokens)
+                        error = ev.error.exception()
+                        break
+            except Exception as exc:  # the replica's process died or the handle broke off
+                log.warning("response %s broke off: %s", turn.rid, type(exc).__name__)
+                error = EngineError(
+                    f"the tier's replica stopped while answering ({type(exc).__name__})"
+                )
+            o.on_end(prompt, completion, ended)
+            usage = response_usage(prompt, completion)
+            if ended is not None:
+                status, incomplete = outcome(ended.finish_reason)
+                item = shape.output("".join(text), status)
+                obj = shape.resource(status, [item], usage, incomplete=incomplete)
+            else:
+                item = shape.output("".join(text), "incomplete")
+                err = {
+                    "code": (error.code if error else None) or "server_error",
+                    "message": error.message if error else "failed",
+                }
+                obj = shape.resource("failed", [item], usage, error=err)
+            for frame in shape.closing(item):
+                yield frame
+            try:
+                await self._keep(turn, obj, item, finished=ended is not None)
+            except (RedisError, ConversationBusy) as exc:
+                # status 200 is sent: the response could not be kept, so it fails in-band
+                code = exc.code if isinstance(exc, APIError) else "store_unavailable"
+                obj = {**obj, "status": "failed", "error": {"code": code, "message": str(exc)}}
+            yield shape.final(obj)
+        finally:
+            if not turn.done:  # the client left: keep what was delivered, in the background
+                o.on_end(prompt, completion, ended)
+                item = shape.output("".join(text), "incomplete")
+                obj = shape.resource(
+                    "incomplete",
+                    [item],
+                    response_usage(prompt, completion),
+                    incomplete={"reason": "client_disconnected"},
+                )
+                turn.done = True
+                self.flow.later(self._keep_late(turn, obj, item))
+            await o.events.aclose()  # type: ignore[attr-defined]
+
+    async def _keep_late(self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any]) -> None:
+        try:
+            await self._keep(turn, obj, item, finished=False)
+        except (RedisError, APIError) as exc:
+            log.warning("response %s not kept: %s", turn.rid, type(exc).__name__)
+
+
+def _not_found(exc: NotFound, param: str | None = None) -> ObjectNotFound:
+    return ObjectNotFound(str(exc), param=param)
+
+
+def responses_router(
+    lookup_key: KeyLookup,
+    responder: Responder,
+    max_bytes: int,
+    timeout_s: float,
+) -> APIRouter:
+    """Routes of the Responses API."""
+    router = APIRouter(prefix="/v1/responses")
+    store = responder.store
+
+    @router.post("", openapi_extra=body_schema(CreateResponseRequest))
+    async def create(request: Request) -> Response:
+        record = await authorise(request, lookup_key)
+        body = await read_json(request, CreateResponseRequest, max_bytes, timeout_s)
+        return await responder.create(body, record)
+
+    @router.get("/{response_id}")
+    async def retrieve(request: Request, response_id: str) -> dict[str, Any]:
+        record = await authorise(request, lookup_key)
+        try:
+            return (await store.response(record.owner, response_id)).obj
+        except NotFound as exc:
+            raise _not_found(exc) from exc
+
+    @router.delete("/{response_id}")
+    async def delete(request: Request, response_id: str) -> dict[str, Any]:
+        record = await authorise(request, lookup_key)
+        try:
+            await store.delete_response(record.owner, response_id)
+        except NotFound as exc:
+            raise _not_found(exc) from exc
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    @router.get("/{response_id}/input_items")
+    async def input_items_of(
+        request: Request,
+        response_id: str,
+        limit: int = Query(default=20, ge=1, le=100, description="Items per page"),
+        order: Literal["asc", "desc"] = Query(default="desc", description="Oldest first: asc"),
+        after: str | None = Query(default=None, description="The id of the item before"),
+    ) -> dict[str, Any]:
+        record = await authorise(request, lookup_key)
+        try:
+            stored = await store.response(record.owner, response_id)
+        except NotFound as exc:
+            raise _not_found(exc) from exc
+        return page(stored.input, limit, order, after).body()
+
+    return router
