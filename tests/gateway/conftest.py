@@ -4,13 +4,13 @@ Redis: gateway replicas."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
-from tests.conftest import free_port
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 from zerolayer.chunker.service import Chunker
@@ -29,6 +29,8 @@ from zerolayer.store.tiers import AsyncTierBoard
 from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
 from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix
+
+from tests.conftest import free_port
 
 SCRIPT = ["The", " capital", " of", " France", " is", " Paris", "."]
 RAISE = True
@@ -71,6 +73,8 @@ class Gateway:
         self.app = app
         self._url: str | None = None
         self._server: Any = None
+        self._serving: Any = None
+        self._http_lock = threading.Lock()
 
     @property
     def auth(self) -> dict[str, str]:
@@ -88,31 +92,36 @@ class Gateway:
         """Serve this app over real HTTP too (uvicorn on a free port, in the event loop the
         app and its replicas run in), for clients that bring their own HTTP stack (the openai
         package); its base URL. Stopped with the fixture."""
-        if self._url is None:
-            import uvicorn
+        with self._http_lock:  # threads of one test may ask at once: one server
+            if self._url is None:
+                import uvicorn
 
-            port = free_port()
-            server = uvicorn.Server(
-                uvicorn.Config(
-                    self.app, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
+                port = free_port()
+                server = uvicorn.Server(
+                    uvicorn.Config(
+                        self.app,
+                        host="127.0.0.1",
+                        port=port,
+                        lifespan="off",
+                        log_level="warning",
+                        timeout_graceful_shutdown=1,  # then what is still open is cancelled
+                    )
                 )
-            )
-            self.client.portal.start_task_soon(server.serve)
-            deadline = time.monotonic() + 10
-            while not server.started:
-                assert time.monotonic() < deadline, "uvicorn did not start"
-                time.sleep(0.01)
-            self._server = server
-            self._url = f"http://127.0.0.1:{port}/v1"
-        return self._url
+                self._serving = self.client.portal.start_task_soon(server.serve)
+                deadline = time.monotonic() + 10
+                while not server.started:
+                    assert time.monotonic() < deadline, "uvicorn did not start"
+                    time.sleep(0.01)
+                self._server = server
+                self._url = f"http://127.0.0.1:{port}/v1"
+            return self._url
 
     def stop_http(self) -> None:
         """Stop the HTTP server of http(), if started."""
         if self._server is not None:
             self._server.should_exit = True
-            deadline = time.monotonic() + 10
-            while self._server.started and time.monotonic() < deadline:
-                time.sleep(0.01)
+            self._serving.result(timeout=15)
+            self._server = None
 
 
 GatewayFactory = Callable[..., Gateway]

@@ -281,9 +281,3 @@ class ConversationsConfig(Strict):
         ge=60,
         description="How long a conversation lives after its last change; None: until deleted",
     )
-    lock_margin_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="A response holds its conversation for the gateway's tier wait and request "
-        "timeout plus this margin at most (a gateway that died frees it then)",
-    )

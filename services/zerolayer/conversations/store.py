@@ -77,6 +77,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# KEYS: lock. ARGV: token, lease ms. Extends the lease only if this token holds it.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 
 @dataclass
 class StoredResponse:
@@ -102,6 +108,7 @@ class ConversationStore:
         self.conversation_ttl_ms = int(conversation_ttl_s * 1000) if conversation_ttl_s else 0
         self._add = client.register_script(_ADD)
         self._unlock = client.register_script(_UNLOCK)
+        self._renew = client.register_script(_RENEW)
 
     # -- responses ---------------------------------------------------------------------------
 
@@ -270,6 +277,10 @@ class ConversationStore:
         await self.conversation(tenant, cid)
         if not await self.client.set(_conv(cid) + ":lock", token, nx=True, px=lease_ms):
             raise Busy(f"another response is being generated on conversation {cid}")
+
+    async def renew(self, cid: str, token: str, lease_ms: int) -> bool:
+        """Extend the lease of a conversation this token holds; False if it holds it no more."""
+        return bool(await self._renew(keys=[_conv(cid) + ":lock"], args=[token, lease_ms]))
 
     async def unlock(self, cid: str, token: str) -> None:
         """Release a conversation this token holds (no-op otherwise)."""

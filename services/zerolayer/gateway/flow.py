@@ -95,6 +95,11 @@ class Flow:
         self._keeper: asyncio.Task[None] | None = None
         self.draining = False  # shutting down: new requests are refused
 
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set when the gateway stops: background retries give up then."""
+        return self._stop
+
     def later(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a coroutine to its end even if the request that started it is cancelled."""
         task = asyncio.ensure_future(coro)

@@ -11,7 +11,10 @@ stored as failed or incomplete with what was delivered, and adds nothing to its 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,6 +42,7 @@ from zerolayer.errors import (
 )
 from zerolayer.gateway.flow import Flow, Opened, completion_budget
 from zerolayer.gateway.http import ClosingStream, KeyLookup, authorise, read_json
+from zerolayer.gateway.limits import retried
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import prompt_ids
 from zerolayer.gateway.response_bodies import CreateResponseRequest
@@ -63,6 +67,7 @@ class _Turn:
     new: list[dict[str, Any]]  # its input items
     conversation: str | None = None  # the conversation it holds, if any
     done: bool = False  # stored (or given up): nothing left to write or release
+    keeper: asyncio.Task[None] | None = None  # renews the conversation's lease meanwhile
 
 
 class Responder:
@@ -71,8 +76,9 @@ class Responder:
     def __init__(self, flow: Flow, store: ConversationStore):
         self.flow = flow
         self.store = store
-        g, c = flow.config.gateway, flow.config.conversations
-        self.lease_ms = int((g.tier_wait_s + g.request_timeout_s + c.lock_margin_s) * 1000)
+        # a conversation's lease: renewed every third while its response runs, so one whose
+        # gateway died is free again this long after
+        self.lease_ms = int(flow.config.gateway.concurrency_lease_s * 1000)
 
     async def create(self, body: CreateResponseRequest, record: ApiKeyRecord) -> Response:
         """POST /v1/responses."""
@@ -128,6 +134,7 @@ class Responder:
                     1.0,
                 ) from exc
             turn = _Turn(tenant, rid, [], new, conversation=cid)
+            turn.keeper = asyncio.ensure_future(self._renew(cid, rid))
             try:
                 turn.history = await self.store.items(tenant, cid)
             except BaseException:
@@ -139,16 +146,31 @@ class Responder:
             raise InvalidRequest("input is missing: give a text or a list of items", param="input")
         return turn
 
+    async def _renew(self, cid: str, rid: str) -> None:
+        """Keep a conversation's lease while its response runs."""
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000 * random.uniform(0.8, 1.0))
+            try:
+                if not await self.store.renew(cid, rid, self.lease_ms):
+                    return
+            except RedisError as exc:
+                log.warning("lease of conversation %s not renewed: %s", cid, type(exc).__name__)
+
+    def _stop_keeper(self, turn: _Turn) -> None:
+        if turn.keeper is not None:
+            turn.keeper.cancel()
+            turn.keeper = None
+
     def _release(self, turn: _Turn) -> None:
         """Free the conversation a response held (in the background: it may be cancelled)."""
+        self._stop_keeper(turn)
         if turn.conversation is not None:
             self.flow.later(self._unlock(turn.conversation, turn.rid))
 
     async def _unlock(self, cid: str, rid: str) -> None:
-        try:
-            await self.store.unlock(cid, rid)
-        except RedisError as exc:  # its lease runs out by itself
-            log.warning("conversation %s not released: %s", cid, type(exc).__name__)
+        """Release a conversation, retried until Redis answers (else its lease runs out)."""
+        step = functools.partial(self.store.unlock, cid, rid)
+        await retried(step, f"releasing conversation {cid}", self.flow.stopping)
 
     async def _fit(
         self, body: CreateResponseRequest, model: str, turn: _Turn
@@ -258,23 +280,26 @@ class Responder:
         conversation, in one write that also frees the conversation). Raises RedisError when
         Redis does not answer (the reply is then an error: nothing was acknowledged)."""
         turn.done = True
+        self._stop_keeper(turn)
+        added = False
         try:
             if turn.conversation is not None and finished:
                 await self.store.add_items(
                     turn.tenant, turn.conversation, turn.new + [item], lock=turn.rid
                 )
+                added = True  # the same write released the conversation
             if obj["store"]:
                 context = turn.history + turn.new + [item]
                 await self.store.save_response(turn.tenant, obj, turn.new, context)
         except Busy as exc:
             raise ConversationBusy(
                 f"the conversation {turn.conversation} was taken over while this response ran "
-                "(it ran past its lease); its items were not added",
+                "(its lease ran out); its items were not added",
                 1.0,
             ) from exc
         finally:
-            if turn.conversation is not None and not finished:
-                await self._unlock(turn.conversation, turn.rid)
+            if turn.conversation is not None and not added:
+                self.flow.later(self._unlock(turn.conversation, turn.rid))
 
     async def _events(self, shape: ResponseShape, o: Opened, turn: _Turn) -> AsyncIterator[bytes]:
         """The stream's events. on_end is called once however it ends; the response is stored
