@@ -126,6 +126,14 @@ def test_keys_list_set_plan_and_revoke(tmp_path: Path) -> None:
         assert "revoked" in zerolayer("keys", "list", env=env).stdout
         gone = zerolayer("keys", "revoke", "000000000000", env=env)
         assert gone.returncode == 2 and "no API key with id" in gone.stderr
+        # a second key of the same tenant, shown in the list; an unknown tenant is refused
+        tenant = KeyStore(client).get(kid).owner
+        assert tenant in row
+        made = zerolayer("keys", "create", "--plan", "pro", "--tenant", tenant, env=env)
+        assert made.returncode == 0 and f"tenant {tenant}" in made.stderr
+        assert KeyStore(client).lookup(made.stdout.strip()).owner == tenant  # type: ignore[union-attr]
+        nope = zerolayer("keys", "create", "--plan", "pro", "--tenant", "tenant_x", env=env)
+        assert nope.returncode == 2 and "no tenant with id" in nope.stderr
         client.close()
 
 

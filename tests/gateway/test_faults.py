@@ -33,6 +33,29 @@ def wait_for(check: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def kill_under_load(
+    server: EmbeddedRedis,
+    restarted: EmbeddedRedis,
+    stop: threading.Event,
+    futures: list[Any],
+    before_s: float,
+    after_s: float,
+) -> None:
+    """kill -9 of the Redis server while `futures` load it, a restart on the same data after
+    half a second, then stop the load and wait for it (no 500 anywhere: the test client raises
+    on one)."""
+    time.sleep(before_s)
+    assert server._proc is not None
+    server._proc.kill()
+    server._proc.wait()
+    time.sleep(0.5)
+    restarted.start()  # same data and secret: the gateway's clients reconnect
+    time.sleep(after_s)
+    stop.set()
+    for f in futures:
+        f.result()
+
+
 def test_redis_stopped_mid_request_then_down_then_back(
     make_gateway: GatewayFactory, tmp_path: Path
 ) -> None:
@@ -241,16 +264,7 @@ def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, f
     try:
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(load) for _ in range(3)] + [pool.submit(keys)]
-            time.sleep(1.5)
-            assert server._proc is not None
-            server._proc.kill()  # kill -9 under load
-            server._proc.wait()
-            time.sleep(0.5)
-            restarted.start()  # same data and secret: the gateway's clients reconnect
-            time.sleep(1.5)
-            stop.set()
-            for f in futures:
-                f.result()  # no 500 anywhere (the test client raises on one)
+            kill_under_load(server, restarted, stop, futures, 1.5, 1.5)
         gw.settled()  # the settlements were retried until Redis answered
         client = restarted.client()
         lost = [k for k in made if not client.exists(f"zl:keyid:{k}")]

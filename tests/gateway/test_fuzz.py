@@ -20,6 +20,10 @@ BODIES = {
     "POST /v1/completions",
     "POST /v1/chunks",
     "POST /admin/keys",
+    "POST /v1/responses",
+    "POST /v1/conversations",
+    "POST /v1/conversations/{conversation_id}",
+    "POST /v1/conversations/{conversation_id}/items",
 }
 
 

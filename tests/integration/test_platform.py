@@ -406,3 +406,63 @@ def test_live_signals_follow_the_input_and_the_canary_measures_every_tier(
     while "smollm2-135m:baseline" not in _gauges(platform, "zerolayer_prefix_cache_hit_rate"):
         assert time.monotonic() < deadline, "no prefix cache hit rate for the vLLM tier"
         time.sleep(0.3)
+
+
+def test_a_conversation_through_the_responses_api_with_the_real_model(
+    platform: Platform,
+) -> None:
+    """Three turns by previous_response_id and on a conversation, whole and streamed, through
+    Ray Serve and the real model: the follow-ups read the stored history (their prompts hold
+    the earlier turns), and streaming stores the same items as a whole reply."""
+    client = openai.OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0)
+    first = client.responses.create(
+        model="smollm2-135m:baseline",
+        input="What is the capital of France?",
+        temperature=0,
+        max_output_tokens=40,
+    )
+    assert first.status in ("completed", "incomplete") and "Paris" in first.output_text
+    second = client.responses.create(
+        model="smollm2-135m:baseline",
+        input="Repeat the city's name once.",
+        previous_response_id=first.id,
+        temperature=0,
+        max_output_tokens=8,
+    )
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert client.responses.retrieve(second.id).output_text == second.output_text
+
+    texts = {}
+    for streamed in (False, True):
+        conv = client.conversations.create(
+            items=[{"role": "user", "content": "What is the capital of France?"}]
+        )
+        for question in ("Answer in one word.", "Say it again."):
+            if streamed:
+                with client.responses.stream(
+                    model="smollm2-135m:baseline",
+                    input=question,
+                    conversation=conv.id,
+                    temperature=0,
+                    max_output_tokens=12,
+                ) as s:
+                    assert s.get_final_response().status in ("completed", "incomplete")
+            else:
+                client.responses.create(
+                    model="smollm2-135m:baseline",
+                    input=question,
+                    conversation=conv.id,
+                    temperature=0,
+                    max_output_tokens=12,
+                )
+        items = client.conversations.items.list(conv.id, order="asc", limit=100).data
+        texts[streamed] = [(i.role, i.content[0].text) for i in items]
+    assert len(texts[False]) == 5 and [r for r, _ in texts[False]] == [
+        "user",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert texts[True] == texts[False]  # temperature 0: the same answers, stored the same

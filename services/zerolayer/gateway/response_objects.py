@@ -102,6 +102,10 @@ class ResponseShape:
         """The output message item."""
         return assistant_item(text, status, self.item_id)
 
+    def _part_at(self) -> dict[str, Any]:
+        """Where an event of the output text points: the one message's one text part."""
+        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+
     def event(self, kind: str, **fields: Any) -> bytes:
         """One server-sent event: its type as the SSE event name and in the data."""
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -120,9 +124,7 @@ class ResponseShape:
             self.event("response.output_item.added", output_index=0, item=item),
             self.event(
                 "response.content_part.added",
-                item_id=self.item_id,
-                output_index=0,
-                content_index=0,
+                **self._part_at(),
                 part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
             ),
         ]
@@ -131,9 +133,7 @@ class ResponseShape:
         """A piece of the output text."""
         return self.event(
             "response.output_text.delta",
-            item_id=self.item_id,
-            output_index=0,
-            content_index=0,
+            **self._part_at(),
             delta=text,
             logprobs=[],
         )
@@ -144,17 +144,13 @@ class ResponseShape:
         return [
             self.event(
                 "response.output_text.done",
-                item_id=self.item_id,
-                output_index=0,
-                content_index=0,
+                **self._part_at(),
                 text=text,
                 logprobs=[],
             ),
             self.event(
                 "response.content_part.done",
-                item_id=self.item_id,
-                output_index=0,
-                content_index=0,
+                **self._part_at(),
                 part=item["content"][0],
             ),
             self.event("response.output_item.done", output_index=0, item=item),
