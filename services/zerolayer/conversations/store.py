@@ -18,6 +18,7 @@ holds the conversation's lock, so two responses never interleave their items."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -71,6 +72,16 @@ end
 return n
 """
 
+# KEYS: response hash, tenant index. ARGV: tenant, obj, input, context, ttl ms (0 = none),
+# id, created_at. One call (one reply to parse) on every response's path.
+_SAVE = """
+redis.call('HSET', KEYS[1], 'tenant', ARGV[1], 'obj', ARGV[2], 'input', ARGV[3],
+           'context', ARGV[4])
+if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+redis.call('ZADD', KEYS[2], ARGV[7], 'response:' .. ARGV[6])
+return 1
+"""
+
 # KEYS: lock. ARGV: token. Deletes the lock only if this token holds it.
 _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -109,6 +120,7 @@ class ConversationStore:
         self._add = client.register_script(_ADD)
         self._unlock = client.register_script(_UNLOCK)
         self._renew = client.register_script(_RENEW)
+        self._save = client.register_script(_SAVE)
 
     # -- responses ---------------------------------------------------------------------------
 
@@ -119,32 +131,35 @@ class ConversationStore:
         input_items: list[dict[str, Any]],
         context: list[dict[str, Any]],
     ) -> None:
-        """Store (or overwrite) a response, in one transaction."""
-        key = _resp(obj["id"])
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hset(
-            key,
-            mapping={
-                "tenant": tenant,
-                "obj": json.dumps(obj, separators=(",", ":")),
-                "input": json.dumps(input_items, separators=(",", ":")),
-                "context": json.dumps(context, separators=(",", ":")),
-            },
+        """Store (or overwrite) a response, in one script (atomic)."""
+        dumps = functools.partial(json.dumps, separators=(",", ":"))
+        await self._save(
+            keys=[_resp(obj["id"]), _objects(tenant)],
+            args=[
+                tenant,
+                dumps(obj),
+                dumps(input_items),
+                dumps(context),
+                self.response_ttl_ms,
+                obj["id"],
+                obj["created_at"],
+            ],
         )
-        if self.response_ttl_ms:
-            pipe.pexpire(key, self.response_ttl_ms)
-        pipe.zadd(_objects(tenant), {f"response:{obj['id']}": obj["created_at"]})
-        await pipe.execute()
 
-    async def response(self, tenant: str, rid: str, context: bool = False) -> StoredResponse:
-        """A tenant's stored response (its context only when asked for); NotFound otherwise."""
-        fields = ["tenant", "obj", "input"] + (["context"] if context else [])
-        got = await self.client.hmget(_resp(rid), fields)
+    async def response(self, tenant: str, rid: str) -> StoredResponse:
+        """A tenant's stored response (without its context); NotFound otherwise."""
+        got = await self.client.hmget(_resp(rid), ["tenant", "obj", "input"])
         if got[0] is None or got[0].decode() != tenant:
             raise NotFound(f"no response with id {rid!r}")
-        return StoredResponse(
-            json.loads(got[1]), json.loads(got[2]), json.loads(got[3]) if context else []
-        )
+        return StoredResponse(json.loads(got[1]), json.loads(got[2]), [])
+
+    async def context(self, tenant: str, rid: str) -> list[dict[str, Any]]:
+        """The items a follow-up of a tenant's stored response continues from; NotFound
+        otherwise."""
+        got = await self.client.hmget(_resp(rid), ["tenant", "context"])
+        if got[0] is None or got[0].decode() != tenant:
+            raise NotFound(f"no response with id {rid!r}")
+        return json.loads(got[1])
 
     async def delete_response(self, tenant: str, rid: str) -> None:
         """Delete a tenant's stored response; NotFound if it has none of that id."""

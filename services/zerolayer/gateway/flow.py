@@ -39,7 +39,7 @@ from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
-__all__ = ["Flow", "Opened", "completion_budget"]
+__all__ = ["Call", "Flow", "Opened", "completion_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -235,14 +235,14 @@ class Flow:
         if await retried(step, f"settling {r.request_id}", self._stop):
             self.inflight.pop(r.request_id, None)
 
-    async def begin(self, record: ApiKeyRecord, model: str, rid: str) -> _Call:
+    async def begin(self, record: ApiKeyRecord, model: str, rid: str) -> Call:
         """A request's first steps: its tier (the model id and plan rules), admission control,
         the cheap limits."""
         target = self.catalog.resolve(model, record.plan, await self.states())
         self.shed(record, target)
-        return _Call(record, target, target, await self.request(record, rid))
+        return Call(record, target, target, await self.request(record, rid))
 
-    async def sized(self, call: _Call, prompt_tokens: int, max_tokens: int) -> None:
+    async def sized(self, call: Call, prompt_tokens: int, max_tokens: int) -> None:
         """The limits that need the request's size, then counted as a request of its tier."""
         price = self.config.plans[call.record.plan].prices[call.target.tier]
         await self.reserve(
@@ -269,7 +269,7 @@ class Flow:
             exc.request_id = rid
             raise
 
-    async def _run(self, body: ChatCompletionRequest | CompletionRequest, call: _Call) -> Response:
+    async def _run(self, body: ChatCompletionRequest | CompletionRequest, call: Call) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
         target, rid = call.target, call.reservation.request_id
         headers = {"x-request-id": rid}
@@ -347,7 +347,7 @@ class Flow:
             return await self._complete(call, spec, shape, headers)
         return await self._stream(call, spec, shape, headers, body.include_usage())
 
-    def sample(self, call: _Call, prompt: PromptInput) -> None:
+    def sample(self, call: Call, prompt: PromptInput) -> None:
         """Keep the prompt for recalibration, at the configured rate, if the key (else its plan)
         opted in; in the background, and a failure to keep it never fails the request."""
         record, target = call.record, call.target
@@ -376,7 +376,7 @@ class Flow:
         messages[job.index]["content"] = SUMMARY_NOTE + summary
         return await prompt_ids(self.backend, model, PromptInput(messages=messages))
 
-    async def completed(self, call: _Call, spec: SamplingSpec) -> End:
+    async def completed(self, call: Call, spec: SamplingSpec) -> End:
         """Run a request whole on its tier; settled and measured when it returns (a failure
         raised as its APIError)."""
         res = None
@@ -398,7 +398,7 @@ class Flow:
         return res
 
     async def _complete(
-        self, call: _Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
+        self, call: Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
     ) -> Response:
         res = await self.completed(call, spec)
         reply = shape.final(
@@ -408,7 +408,7 @@ class Flow:
             reply["zerolayer_summary"] = call.job.usage()
         return JSONResponse(reply, headers=headers)
 
-    async def opened(self, call: _Call, spec: SamplingSpec) -> Opened:
+    async def opened(self, call: Call, spec: SamplingSpec) -> Opened:
         """Start a streamed request on its tier: its first event (Start) once a replica took
         it, the rest of its events, and the hooks its stream must call (first token, end)."""
         tier = str(call.target)
@@ -444,7 +444,7 @@ class Flow:
 
     async def _stream(
         self,
-        call: _Call,
+        call: Call,
         spec: SamplingSpec,
         shape: Shape,
         headers: dict[str, str],
@@ -458,7 +458,7 @@ class Flow:
             headers={**headers, "cache-control": "no-cache"},
         )
 
-    def ended(self, call: _Call, end: End) -> None:
+    def ended(self, call: Call, end: End) -> None:
         """What a finished request tells admission control and the metrics: its queue wait,
         latencies and tokens, per tier and plan."""
         tier, plan = str(call.target), call.record.plan
@@ -471,7 +471,7 @@ class Flow:
         self.metrics.inc("prompt_tokens", tier, plan, n=end.prompt_tokens)
         self.metrics.inc("completion_tokens", tier, plan, n=end.completion_tokens)
 
-    def finish(self, call: _Call, prompt: int, completion: int) -> None:
+    def finish(self, call: Call, prompt: int, completion: int) -> None:
         """Settle a request (and its map-reduce calls) to what was used, once."""
         if call.settled:
             return
@@ -500,7 +500,7 @@ def _replica_failure(target: Target, exc: Exception, limit_s: float, retry_s: fl
 
 
 @dataclass
-class _Call:
+class Call:
     """A request on its way to a tier, with what settlement needs."""
 
     record: ApiKeyRecord

@@ -40,7 +40,7 @@ from zerolayer.errors import (
     InvalidRequest,
     ObjectNotFound,
 )
-from zerolayer.gateway.flow import Flow, Opened, completion_budget
+from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget
 from zerolayer.gateway.http import ClosingStream, KeyLookup, authorise, read_json
 from zerolayer.gateway.limits import retried
 from zerolayer.gateway.openapi import body_schema
@@ -84,9 +84,20 @@ class Responder:
         """POST /v1/responses."""
         rid = new_id("resp")
         try:
-            turn = await self._turn(body, record, rid)
+            # the stored history is read while the limits are checked (one round trip less)
+            loading = asyncio.ensure_future(self._turn(body, record, rid))
             try:
-                return await self._run(body, record, turn)
+                call = await self.flow.begin(record, body.model, rid)
+            except BaseException:
+                loading.add_done_callback(self._abandon)
+                raise
+            try:
+                turn = await loading
+            except BaseException:
+                self.flow.finish(call, 0, 0)
+                raise
+            try:
+                return await self._run(body, turn, call)
             except BaseException:
                 if not turn.done:
                     turn.done = True
@@ -95,6 +106,13 @@ class Responder:
         except APIError as exc:
             exc.request_id = rid
             raise
+
+    def _abandon(self, loading: asyncio.Future[_Turn]) -> None:
+        """A turn read for a request refused meanwhile: release what it took."""
+        if not loading.cancelled() and loading.exception() is None:
+            turn = loading.result()
+            turn.done = True
+            self._release(turn)
 
     async def _turn(self, body: CreateResponseRequest, record: ApiKeyRecord, rid: str) -> _Turn:
         cid = body.conversation_id()
@@ -112,14 +130,14 @@ class Responder:
         tenant = record.owner
         if body.previous_response_id is not None:
             try:
-                prev = await self.store.response(tenant, body.previous_response_id, context=True)
+                history = await self.store.context(tenant, body.previous_response_id)
             except NotFound as exc:
                 raise ObjectNotFound(
                     f"no stored response with id {body.previous_response_id!r}",
                     param="previous_response_id",
                     code="previous_response_not_found",
                 ) from exc
-            turn = _Turn(tenant, rid, prev.context, new)
+            turn = _Turn(tenant, rid, history, new)
         elif cid is not None:
             try:
                 await self.store.lock(tenant, cid, rid, self.lease_ms)
@@ -220,10 +238,7 @@ class Responder:
             ids = best
         return ids, completion_budget(max_len, len(ids), asked, default)
 
-    async def _run(
-        self, body: CreateResponseRequest, record: ApiKeyRecord, turn: _Turn
-    ) -> Response:
-        call = await self.flow.begin(record, body.model, turn.rid)
+    async def _run(self, body: CreateResponseRequest, turn: _Turn, call: Call) -> Response:
         try:
             ids, max_tokens = await self._fit(body, call.target.model, turn)
         except ContextLengthExceeded:
