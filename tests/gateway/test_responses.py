@@ -175,6 +175,16 @@ def test_stream_events_come_in_the_specified_order(make_gateway: GatewayFactory)
 
 def test_max_output_tokens_makes_an_incomplete_response(make_gateway: GatewayFactory) -> None:
     a = make_gateway()
+    for cut in (3, None):  # the whole reply's own body, incomplete and completed
+        body = {"model": MODEL, "input": "Hi", "max_output_tokens": cut}
+        posted = httpx.post(
+            a.http() + "/responses",
+            headers={"Authorization": f"Bearer {a.key}"},
+            json=body,
+            timeout=30,
+        )
+        assert posted.status_code == 200
+        check("ResponseResource", posted.json())
     r = client(a).responses.create(model=MODEL, input="Hi", max_output_tokens=3)
     assert r.status == "incomplete" and r.incomplete_details is not None
     assert r.incomplete_details.reason == "max_output_tokens"
