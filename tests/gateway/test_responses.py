@@ -522,3 +522,24 @@ def test_conversation_routes_through_the_client(make_gateway: GatewayFactory) ->
     assert c.conversations.delete(conv.id).deleted
     with pytest.raises(openai.NotFoundError):
         c.conversations.items.list(conv.id)
+
+
+def test_a_refused_or_failed_response_gives_its_concurrency_slot_back(
+    make_gateway: GatewayFactory,
+) -> None:
+    from tests.gateway.conftest import plan
+    from tests.gateway.test_faults import leases
+
+    a = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
+    cases = [
+        {"model": MODEL, "input": "x", "previous_response_id": "resp_nope"},
+        {"model": MODEL, "input": "x " * 3000},  # over the context
+        {"model": MODEL, "input": "x", "conversation": "conv_nope", "stream": True},
+    ]
+    for body in cases:
+        r = a.client.post("/v1/responses", headers=a.auth, json=body)
+        assert 400 <= r.status_code < 500, r.text
+        a.settled()
+        assert leases(a) == 0, body
+    ok = a.client.post("/v1/responses", headers=a.auth, json={"model": MODEL, "input": "x"})
+    assert ok.status_code == 200  # the one slot is free

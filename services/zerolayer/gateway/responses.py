@@ -99,6 +99,7 @@ class Responder:
             try:
                 return await self._run(body, turn, call)
             except BaseException:
+                self.flow.finish(call, 0, 0)  # no-op when it was settled already
                 if not turn.done:
                     turn.done = True
                     self._release(turn)
@@ -239,16 +240,9 @@ class Responder:
         return ids, completion_budget(max_len, len(ids), asked, default)
 
     async def _run(self, body: CreateResponseRequest, turn: _Turn, call: Call) -> Response:
-        try:
-            ids, max_tokens = await self._fit(body, call.target.model, turn)
-        except ContextLengthExceeded:
-            self.flow.finish(call, 0, 0)
-            raise
-        try:
-            await self.flow.sized(call, len(ids), max_tokens)
-        except BaseException:
-            self.flow.finish(call, 0, 0)
-            raise
+        """The request on its tier (the caller settles it if this raises)."""
+        ids, max_tokens = await self._fit(body, call.target.model, turn)
+        await self.flow.sized(call, len(ids), max_tokens)
         prompt = PromptInput(messages=messages_of(turn.history + turn.new))
         self.flow.sample(call, prompt)
         spec = SamplingSpec(
@@ -262,11 +256,7 @@ class Responder:
         shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
         headers = {"x-request-id": turn.rid}
         if not body.stream:
-            try:
-                end = await self.flow.completed(call, spec)
-            except BaseException:
-                self.flow.finish(call, 0, 0)
-                raise
+            end = await self.flow.completed(call, spec)
             status, incomplete = outcome(end.finish_reason)
             item = shape.output(end.text, status)
             usage = response_usage(end.prompt_tokens, end.completion_tokens)
