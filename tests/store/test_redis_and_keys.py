@@ -11,7 +11,7 @@ import redis
 from zerolayer.errors import ConfigError
 from zerolayer.store.connect import sync_client
 from zerolayer.store.embedded import EmbeddedRedis
-from zerolayer.store.keys import KeyStore, hash_key
+from zerolayer.store.keys import KeyStore, UnknownTenant, hash_key
 
 from tests.conftest import free_port
 
@@ -26,6 +26,25 @@ def test_key_is_stored_only_as_hash(redis_url: str) -> None:
     found = KeyStore(client).lookup(key)
     assert found is not None and found.plan == "pro" and found.key_id == record.key_id
     assert KeyStore(client).lookup(key + "x") is None
+
+
+def test_keys_share_a_tenant_and_older_keys_are_tenants_of_their_own(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = KeyStore(client)
+    key, first = store.create("free")
+    assert first.owner.startswith("tenant_")
+    _, second = store.create("pro", tenant=first.owner)
+    assert second.owner == first.owner
+    assert {r.key_id for r in store.tenant_keys(first.owner)} == {first.key_id, second.key_id}
+    with pytest.raises(UnknownTenant):
+        store.create("pro", tenant="tenant_nobody")
+    # a key made before tenants existed has no tenant field: it is its own, by key id
+    client.hdel("zl:key:" + hash_key(key), "tenant")
+    legacy = store.get(first.key_id)
+    assert legacy.owner == legacy.key_id
+    _, joined = store.create("pro", tenant=legacy.key_id)
+    assert joined.owner == legacy.key_id
+    client.close()
 
 
 def test_embedded_redis_keeps_keys_across_restarts_with_aof(tmp_path: Path) -> None:

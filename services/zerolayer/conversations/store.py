@@ -40,6 +40,9 @@ class Busy(ZerolayerError):
     """Another response is being generated on the conversation."""
 
 
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
+
+
 def _resp(rid: str) -> str:
     return f"zl:resp:{{{rid}}}"
 
@@ -97,12 +100,10 @@ return 0
 
 @dataclass
 class StoredResponse:
-    """A stored response: its object, its input items, and the items a follow-up continues
-    from."""
+    """A stored response: its object and its input items."""
 
     obj: dict[str, Any]
     input: list[dict[str, Any]]
-    context: list[dict[str, Any]]
 
 
 class ConversationStore:
@@ -132,38 +133,43 @@ class ConversationStore:
         context: list[dict[str, Any]],
     ) -> None:
         """Store (or overwrite) a response, in one script (atomic)."""
-        dumps = functools.partial(json.dumps, separators=(",", ":"))
         await self._save(
             keys=[_resp(obj["id"]), _objects(tenant)],
             args=[
                 tenant,
-                dumps(obj),
-                dumps(input_items),
-                dumps(context),
+                _dumps(obj),
+                _dumps(input_items),
+                _dumps(context),
                 self.response_ttl_ms,
                 obj["id"],
                 obj["created_at"],
             ],
         )
 
-    async def response(self, tenant: str, rid: str) -> StoredResponse:
-        """A tenant's stored response (without its context); NotFound otherwise."""
-        got = await self.client.hmget(_resp(rid), ["tenant", "obj", "input"])
+    async def _owned(self, key: str, tenant: str, what: str, *fields: str) -> list[bytes]:
+        """These fields of an object the tenant owns; NotFound (missing, or another tenant's:
+        the same answer) otherwise."""
+        got = await self.client.hmget(key, ["tenant", *fields])
         if got[0] is None or got[0].decode() != tenant:
-            raise NotFound(f"no response with id {rid!r}")
-        return StoredResponse(json.loads(got[1]), json.loads(got[2]), [])
+            raise NotFound(f"no {what}")
+        return got[1:]
+
+    async def response(self, tenant: str, rid: str) -> StoredResponse:
+        """A tenant's stored response; NotFound otherwise."""
+        obj, items = await self._owned(
+            _resp(rid), tenant, f"response with id {rid!r}", "obj", "input"
+        )
+        return StoredResponse(json.loads(obj), json.loads(items))
 
     async def context(self, tenant: str, rid: str) -> list[dict[str, Any]]:
         """The items a follow-up of a tenant's stored response continues from; NotFound
         otherwise."""
-        got = await self.client.hmget(_resp(rid), ["tenant", "context"])
-        if got[0] is None or got[0].decode() != tenant:
-            raise NotFound(f"no response with id {rid!r}")
-        return json.loads(got[1])
+        (raw,) = await self._owned(_resp(rid), tenant, f"response with id {rid!r}", "context")
+        return json.loads(raw)
 
     async def delete_response(self, tenant: str, rid: str) -> None:
         """Delete a tenant's stored response; NotFound if it has none of that id."""
-        await self.response(tenant, rid)
+        await self._owned(_resp(rid), tenant, f"response with id {rid!r}")
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(_resp(rid))
         pipe.zrem(_objects(tenant), f"response:{rid}")
@@ -197,10 +203,10 @@ class ConversationStore:
 
     async def conversation(self, tenant: str, cid: str) -> dict[str, Any]:
         """A tenant's conversation object; NotFound otherwise."""
-        got = await self.client.hmget(_conv(cid), ["tenant", "created_at", "metadata"])
-        if got[0] is None or got[0].decode() != tenant:
-            raise NotFound(f"no conversation with id {cid!r}")
-        return _conversation(cid, int(got[1]), json.loads(got[2]))
+        created, metadata = await self._owned(
+            _conv(cid), tenant, f"conversation with id {cid!r}", "created_at", "metadata"
+        )
+        return _conversation(cid, int(created), json.loads(metadata))
 
     async def update_conversation(
         self, tenant: str, cid: str, metadata: dict[str, str]
@@ -227,7 +233,7 @@ class ConversationStore:
         key = _conv(cid)
         args: list[Any] = [tenant, lock or "", self.conversation_ttl_ms]
         for it in items:
-            args += [it["id"], json.dumps(it, separators=(",", ":"))]
+            args += [it["id"], _dumps(it)]
         n = await self._add(keys=[key, key + ":order", key + ":items", key + ":lock"], args=args)
         if n == -1:
             raise NotFound(f"no conversation with id {cid!r}")

@@ -4,13 +4,12 @@ delete. Every object belongs to the key's tenant; any other tenant's key gets 40
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Request
 
-from zerolayer.conversations import ConversationStore, NotFound, input_items, new_id
-from zerolayer.errors import ObjectNotFound
-from zerolayer.gateway.http import KeyLookup, authorise, read_json
+from zerolayer.conversations import ConversationStore, input_items, new_id
+from zerolayer.gateway.http import Cursor, KeyLookup, authorise, cursor, found, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
@@ -29,12 +28,6 @@ def conversations_router(
 
     async def tenant(request: Request) -> str:
         return (await authorise(request, lookup_key)).owner
-
-    async def found(coro: Any) -> Any:
-        try:
-            return await coro
-        except NotFound as exc:
-            raise ObjectNotFound(str(exc)) from exc
 
     @router.post("", openapi_extra=body_schema(CreateConversationRequest))
     async def create(request: Request) -> dict[str, Any]:
@@ -76,12 +69,10 @@ def conversations_router(
     async def list_items(
         request: Request,
         conversation_id: str,
-        limit: int = Query(default=20, ge=1, le=100, description="Items per page"),
-        order: Literal["asc", "desc"] = Query(default="desc", description="Oldest first: asc"),
-        after: str | None = Query(default=None, description="The id of the item before"),
+        at: Annotated[Cursor, Depends(cursor)],
     ) -> dict[str, Any]:
         owner = await tenant(request)
-        got = await found(store.item_page(owner, conversation_id, limit, order, after))
+        got = await found(store.item_page(owner, conversation_id, at.limit, at.order, at.after))
         return got.body()
 
     @router.get("/{conversation_id}/items/{item_id}")

@@ -1,5 +1,6 @@
 """HTTP helpers every gateway route uses: the bearer key, the body (size, UTF-8, JSON, schema),
-and the one place an error becomes an HTTP response."""
+the one place an error becomes an HTTP response, and for the stored objects' routes, their
+404 and the cursor of their lists."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from fastapi import Request
+from fastapi import Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
+from zerolayer.conversations import NotFound
 from zerolayer.errors import (
     APIError,
     AuthenticationFailed,
     InvalidRequest,
+    ObjectNotFound,
     PayloadTooLarge,
     RequestTimeout,
 )
@@ -31,6 +35,9 @@ __all__ = [
     "read_body",
     "read_json",
     "ClosingStream",
+    "Cursor",
+    "cursor",
+    "found",
 ]
 
 KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
@@ -145,3 +152,29 @@ class ClosingStream(StreamingResponse):
             with contextlib.suppress(Exception):
                 await self.body_iterator.aclose()  # type: ignore[attr-defined]
             self._on_close()
+
+
+async def found(pending: Awaitable[Any]) -> Any:
+    """What a conversation-store call returns; its NotFound as the API's 404."""
+    try:
+        return await pending
+    except NotFound as exc:
+        raise ObjectNotFound(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page of a list starts and how long it is."""
+
+    limit: int
+    order: Literal["asc", "desc"]
+    after: str | None
+
+
+def cursor(
+    limit: int = Query(default=20, ge=1, le=100, description="Items per page"),
+    order: Literal["asc", "desc"] = Query(default="desc", description="Oldest first: asc"),
+    after: str | None = Query(default=None, description="The id of the item before"),
+) -> Cursor:
+    """The query parameters of a list route (a FastAPI dependency)."""
+    return Cursor(limit, order, after)

@@ -17,9 +17,9 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
@@ -41,7 +41,15 @@ from zerolayer.errors import (
     ObjectNotFound,
 )
 from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget
-from zerolayer.gateway.http import ClosingStream, KeyLookup, authorise, read_json
+from zerolayer.gateway.http import (
+    ClosingStream,
+    Cursor,
+    KeyLookup,
+    authorise,
+    cursor,
+    found,
+    read_json,
+)
 from zerolayer.gateway.limits import retried
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import prompt_ids
@@ -61,9 +69,8 @@ class _Turn:
 
     tenant: str
     rid: str
-    history: list[
-        dict[str, Any]
-    ]  # the items it continues (a previous response's, a conversation's)
+    # the items it continues: a previous response's context, or a conversation's items
+    history: list[dict[str, Any]]
     new: list[dict[str, Any]]  # its input items
     conversation: str | None = None  # the conversation it holds, if any
     done: bool = False  # stored (or given up): nothing left to write or release
@@ -193,20 +200,21 @@ class Responder:
 
     async def _fit(
         self, body: CreateResponseRequest, model: str, turn: _Turn
-    ) -> tuple[list[int], int]:
-        """The prompt's token ids and max_tokens. truncation 'disabled': a 400 stating both
+    ) -> tuple[list[int], int, list[dict[str, str]]]:
+        """The prompt's token ids, max_tokens, and the history and input as messages (before
+        truncation). truncation 'disabled': a 400 stating both
         numbers when the history and input do not fit; 'auto': the fewest oldest items are
         dropped (never the instructions; at least the newest item stays)."""
         cfg = self.flow.config
         max_len = cfg.models[model].max_model_len
         default = cfg.gateway.default_max_tokens
         asked = body.max_output_tokens
-        items = turn.history + turn.new
+        messages = messages_of(turn.history + turn.new)  # one per item
         head = [{"role": "system", "content": body.instructions}] if body.instructions else []
 
         async def ids_without(dropped: int) -> list[int]:
-            messages = head + messages_of(items[dropped:])
-            return await prompt_ids(self.flow.backend, model, PromptInput(messages=messages))
+            prompt = PromptInput(messages=head + messages[dropped:])
+            return await prompt_ids(self.flow.backend, model, prompt)
 
         def fits(n: int) -> bool:
             return n + (asked if asked is not None else 1) <= max_len
@@ -221,7 +229,7 @@ class Responder:
                     "oldest items)",
                     param="input",
                 )
-            lo, hi = 1, len(items) - 1  # drop at least one, keep at least the newest
+            lo, hi = 1, len(messages) - 1  # drop at least one, keep at least the newest
             best = None
             while lo <= hi:  # the fewest items dropped that fit
                 mid = (lo + hi) // 2
@@ -237,14 +245,13 @@ class Responder:
                     param="input",
                 )
             ids = best
-        return ids, completion_budget(max_len, len(ids), asked, default)
+        return ids, completion_budget(max_len, len(ids), asked, default), messages
 
     async def _run(self, body: CreateResponseRequest, turn: _Turn, call: Call) -> Response:
         """The request on its tier (the caller settles it if this raises)."""
-        ids, max_tokens = await self._fit(body, call.target.model, turn)
+        ids, max_tokens, messages = await self._fit(body, call.target.model, turn)
         await self.flow.sized(call, len(ids), max_tokens)
-        prompt = PromptInput(messages=messages_of(turn.history + turn.new))
-        self.flow.sample(call, prompt)
+        self.flow.sample(call, PromptInput(messages=messages))
         spec = SamplingSpec(
             request_id=turn.rid,
             prompt_token_ids=ids,
@@ -382,10 +389,6 @@ class Responder:
             log.warning("response %s not kept: %s", turn.rid, type(exc).__name__)
 
 
-def _not_found(exc: NotFound, param: str | None = None) -> ObjectNotFound:
-    return ObjectNotFound(str(exc), param=param)
-
-
 def responses_router(
     lookup_key: KeyLookup,
     responder: Responder,
@@ -405,33 +408,20 @@ def responses_router(
     @router.get("/{response_id}")
     async def retrieve(request: Request, response_id: str) -> dict[str, Any]:
         record = await authorise(request, lookup_key)
-        try:
-            return (await store.response(record.owner, response_id)).obj
-        except NotFound as exc:
-            raise _not_found(exc) from exc
+        return (await found(store.response(record.owner, response_id))).obj
 
     @router.delete("/{response_id}")
     async def delete(request: Request, response_id: str) -> dict[str, Any]:
         record = await authorise(request, lookup_key)
-        try:
-            await store.delete_response(record.owner, response_id)
-        except NotFound as exc:
-            raise _not_found(exc) from exc
+        await found(store.delete_response(record.owner, response_id))
         return {"id": response_id, "object": "response", "deleted": True}
 
     @router.get("/{response_id}/input_items")
     async def input_items_of(
-        request: Request,
-        response_id: str,
-        limit: int = Query(default=20, ge=1, le=100, description="Items per page"),
-        order: Literal["asc", "desc"] = Query(default="desc", description="Oldest first: asc"),
-        after: str | None = Query(default=None, description="The id of the item before"),
+        request: Request, response_id: str, at: Annotated[Cursor, Depends(cursor)]
     ) -> dict[str, Any]:
         record = await authorise(request, lookup_key)
-        try:
-            stored = await store.response(record.owner, response_id)
-        except NotFound as exc:
-            raise _not_found(exc) from exc
-        return page(stored.input, limit, order, after).body()
+        stored = await found(store.response(record.owner, response_id))
+        return page(stored.input, at.limit, at.order, at.after).body()
 
     return router

@@ -28,7 +28,6 @@ KEY_PREFIX = "zl-"
 _HASH_NS = "zl:key:"
 _INDEX = "zl:keys"
 _ID_NS = "zl:keyid:"
-_TENANTS = "zl:tenants"
 
 
 class UnknownKey(ZerolayerError, LookupError):
@@ -103,9 +102,9 @@ class KeyStore:
     """Create, list, revoke and re-plan keys (CLI and admin API; synchronous: these are rare).
 
     Redis layout: zl:key:<sha256> is a hash with the record, zl:keys the set of all hashes,
-    zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash), zl:tenants
-    the set of tenant ids. A tenant is an account: every key made for it sees what the others
-    stored."""
+    zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash). A tenant is
+    an account, the `tenant` field of its keys' records: every key made for it sees what the
+    others stored."""
 
     def __init__(self, client: Redis):
         self.client = client
@@ -115,8 +114,8 @@ class KeyStore:
     ) -> tuple[str, ApiKeyRecord]:
         """Store a new key's hash; return the key (shown once) and its record. The key belongs
         to `tenant` (which must exist: UnknownTenant), else to a new tenant of its own."""
-        if tenant is not None and not self.client.sismember(_TENANTS, tenant):
-            raise UnknownTenant(f"no tenant with id {tenant!r}")
+        if tenant is not None:
+            self.tenant_keys(tenant)  # it exists: it has a key
         key = new_key()
         digest = hash_key(key)
         tenant = tenant or "tenant_" + secrets.token_hex(8)
@@ -133,7 +132,6 @@ class KeyStore:
                 "tenant": tenant,
             },
         )
-        pipe.sadd(_TENANTS, tenant)
         pipe.sadd(_INDEX, digest)
         pipe.set(_ID_NS + record.key_id, digest)
         pipe.execute()
