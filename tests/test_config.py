@@ -82,7 +82,7 @@ def test_plans_carry_prices_limits_and_priorities(tmp_path: Path) -> None:
     cfg = load_config(env={"HOME": str(tmp_path)})
     assert set(cfg.plans) == {"free", "pro", "enterprise"}
     pro = cfg.plans["pro"]
-    assert pro.prices["baseline"].micros(1000, 1000) == 400_000  # $0.10 + $0.30
+    assert pro.prices["baseline"].nanos(1000, 1000) == 400_000_000  # $0.10 + $0.30
     assert pro.limits.tokens_per_minute and pro.limits.monthly_budget_usd
     assert cfg.plans["enterprise"].priority > pro.priority > cfg.plans["free"].priority
     assert cfg.plans["enterprise"].limits.requests_per_minute is None  # no limit

@@ -190,7 +190,8 @@ class End(_Value):
     started it (admission control's measure; None if it never started). `text` is the whole
     output when the request was run whole (complete), empty when it was streamed. `ttft_s`:
     seconds from the replica taking the request to its first token; `tpot_s`: seconds per
-    output token after the first (None with fewer than two)."""
+    output token after the first (None with fewer than two). `cached_tokens`: prompt tokens the
+    engine served from its prefix cache (0 when it has none or cannot tell)."""
 
     finish_reason: str
     prompt_tokens: int
@@ -199,6 +200,7 @@ class End(_Value):
     text: str = ""
     ttft_s: float | None = None
     tpot_s: float | None = None
+    cached_tokens: int = 0
 
 
 ReplicaEvent = Start | Delta | End | Failed

@@ -270,12 +270,12 @@ def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, f
         lost = [k for k in made if not client.exists(f"zl:keyid:{k}")]
         p = f"zl:rl:{{{gw.key_id}}}"
         leases = client.zcard(f"{p}:conc")
-        spend = sum(int(client.get(k) or 0) for k in client.scan_iter(f"{p}:spend:*"))
+        spend = sum(int(client.get(k) or 0) for k in client.scan_iter(f"{p}:cost:*"))
         client.close()
-        expected = sum(price.micros(u["prompt_tokens"], u["completion_tokens"]) for u in answered)
+        expected = sum(price.nanos(u["prompt_tokens"], u["completion_tokens"]) for u in answered)
         print(
             f"appendfsync {fsync}: statuses {statuses}; keys acknowledged {len(made)}, lost "
-            f"{len(lost)}; spend {spend} of {expected} micro-USD acknowledged; leases left {leases}"
+            f"{len(lost)}; spend {spend} of {expected} nano-USD acknowledged; leases left {leases}"
         )
         assert set(statuses) <= {200, 503} and statuses.get(200, 0) > 0, statuses
         assert statuses.get(503, 0) > 0  # Redis really was down for some requests
@@ -332,7 +332,7 @@ def test_a_client_gone_mid_stream_pays_what_was_delivered(make_gateway: GatewayF
     assert leases(gw) == 0
     prompt = len(gw.prompts.chat(CHAT["messages"]))
     spend = sum(
-        int(gw.redis.get(k) or 0) for k in gw.redis.scan_iter(f"zl:rl:{{{gw.key_id}}}:spend:*")
+        int(gw.redis.get(k) or 0) for k in gw.redis.scan_iter(f"zl:rl:{{{gw.key_id}}}:cost:*")
     )
-    # the plan's price: 1 micro-USD per prompt token, 2 per completion token
-    assert prompt * 1000 + 2 * 2000 <= spend < (prompt + 2 * 7) * 1000, spend
+    # the plan's price: 1 micro-USD per prompt token, 2 per completion token (in nano-USD)
+    assert prompt * 10**6 + 2 * 2 * 10**6 <= spend < (prompt + 2 * 7) * 10**6, spend

@@ -8,11 +8,13 @@ import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
+from zerolayer.config import usd_text
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.errors import RateLimited
 from zerolayer.gateway.limits import Limiter, month_of
@@ -98,17 +100,17 @@ def test_monthly_budget_reserves_the_worst_case_and_settles_the_real_cost(
 ) -> None:
     gw0 = make_gateway()
     prompt = len(gw0.prompts.chat(CHAT["messages"]))
-    # prices: 1 micro-USD per prompt token, 2 per completion token
-    real = prompt * 1000 + len(SCRIPT) * 2000
-    worst = prompt * 1000 + 16 * 2000
-    budget_usd = (real + worst - 1) / 1e6  # the first fits, the second's worst case does not
+    # prices: 1 micro-USD per prompt token, 2 per completion token (in nano-USD)
+    real = prompt * 10**6 + len(SCRIPT) * 2 * 10**6
+    worst = prompt * 10**6 + 16 * 2 * 10**6
+    budget_usd = Decimal(real + worst - 1).scaleb(-9)  # the first fits, the second does not
     gw = make_gateway(plans={"budget": plan(monthly_budget_usd=budget_usd)}, key_plan="budget")
     assert ask(gw, max_tokens=16).status_code == 200
     gw.settled()
     r = ask(gw, max_tokens=16)
     err = assert_openai_error(r, 429, "rate_limit_error")
     assert err["code"] == "monthly_budget"
-    assert f"spent ${real / 1e6:.4f}" in err["message"]
+    assert f"spent ${usd_text(real)} of ${budget_usd}" in err["message"]
     left = month_of(gw.clock())[1]
     assert abs(int(r.headers["retry-after"]) - left) < 5
     # max_tokens 1 makes the worst case small enough
@@ -189,7 +191,7 @@ def _counters(redis_url: str, key_id: str, minute: int) -> dict[str, Any]:
     return {
         "req": int(client.get(f"{p}:req:{minute}") or 0),
         "tok": int(client.get(f"{p}:tok:{minute}") or 0),
-        "spend": int(client.get(f"{p}:spend:{month}") or 0),
+        "spend": int(client.get(f"{p}:cost:{month}") or 0),
         "leases": client.zcard(f"{p}:conc"),
         "reservations": len(list(client.scan_iter(f"{p}:res:*"))),
     }

@@ -76,8 +76,8 @@ def test_a_client_that_leaves_mid_stream_is_settled(platform: Platform) -> None:
     assert client.zcard(leases) == 0  # the lease is back without waiting for the engine
     # the month's spend was settled to what was delivered, well under the 200-token reservation
     month = time.strftime("%Y-%m", time.gmtime())
-    spent = int(client.get(f"zl:rl:{{{made['key_id']}}}:spend:{month}") or 0)
-    worst = 0.07 * 1000 * 40 + 0.21 * 1000 * 200  # sparse24 prices of pro, in micro-USD
+    spent = int(client.get(f"zl:rl:{{{made['key_id']}}}:cost:{month}") or 0)
+    worst = (70 * 40 + 210 * 200) * 1000  # sparse24 prices of pro, in nano-USD
     assert 0 < spent < worst / 2, spent
     client.close()
 

@@ -168,10 +168,10 @@ class Up:
         return self.redis.client(socket_timeout=5)
 
     def counters(self, key_id: str) -> tuple[int, int]:
-        """(leases held, micro-USD spent this month) of a key."""
+        """(leases held, nano-USD spent this month) of a key."""
         c = self.client()
         try:
-            spend = sum(int(c.get(k) or 0) for k in c.scan_iter(f"zl:rl:{{{key_id}}}:spend:*"))
+            spend = sum(int(c.get(k) or 0) for k in c.scan_iter(f"zl:rl:{{{key_id}}}:cost:*"))
             return int(c.zcard(f"zl:rl:{{{key_id}}}:conc")), spend
         finally:
             c.close()

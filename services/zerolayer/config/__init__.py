@@ -21,12 +21,22 @@ from zerolayer.config.models import (
     ShortRequests,
     TierConfig,
 )
-from zerolayer.config.plans import PlanConfig, PlanLimits, TierPrice
+from zerolayer.config.plans import (
+    NANOS_PER_USD,
+    PlanConfig,
+    PlanLimits,
+    TierPrice,
+    nanos_usd,
+    usd_nanos,
+    usd_text,
+)
 from zerolayer.config.platform_config import PlatformConfig
 from zerolayer.config.services import (
+    BillingConfig,
     ChunkerConfig,
     ConversationsConfig,
     GatewayConfig,
+    IdempotencyConfig,
     KernelConfig,
     MonitoringConfig,
     RayConfig,
@@ -36,6 +46,12 @@ from zerolayer.config.services import (
 )
 
 __all__ = [
+    "BillingConfig",
+    "IdempotencyConfig",
+    "NANOS_PER_USD",
+    "nanos_usd",
+    "usd_nanos",
+    "usd_text",
     "ENGINE_ARTIFACTS",
     "ModelSource",
     "AutoscalingConfig",

@@ -2,25 +2,105 @@
 
 from __future__ import annotations
 
-import math
+from decimal import Decimal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from zerolayer.config.base import Strict
 
-__all__ = ["TierPrice", "PlanLimits", "PlanConfig"]
+__all__ = [
+    "NANOS_PER_USD",
+    "TierPrice",
+    "PlanLimits",
+    "PlanConfig",
+    "nanos_usd",
+    "usd_nanos",
+    "usd_text",
+]
+
+
+NANOS_PER_USD = 10**9  # money is counted in integer nano-dollars everywhere
+_PER_TOKEN = Decimal(NANOS_PER_USD) / 1000  # nanos per token for a price of 1 USD per 1K
+
+
+def usd_nanos(usd: Decimal) -> int:
+    """A dollar amount in nano-dollars (exact: amounts have at most 9 decimals)."""
+    return int(usd * NANOS_PER_USD)
+
+
+def nanos_usd(nanos: int) -> Decimal:
+    """Nano-dollars as an exact dollar amount, written with at least cents and no trailing zeros
+    past them (48_000_000 -> 0.048, 10**9 -> 1.00)."""
+    exact = Decimal(nanos).scaleb(-9).normalize()
+    return exact if exact.as_tuple().exponent < -2 else exact.quantize(Decimal("0.01"))
+
+
+def usd_text(nanos: int) -> str:
+    """Nano-dollars as a dollar amount's text, never in exponent form ("0.000000005")."""
+    return format(nanos_usd(nanos), "f")
+
+
+def _exact_price(value: Decimal) -> Decimal:
+    nanos = value * _PER_TOKEN
+    if nanos != nanos.to_integral_value():
+        raise ValueError(
+            f"{value} USD per 1K tokens is not a whole number of nano-dollars per token "
+            "(at most 6 decimals)"
+        )
+    return value
 
 
 class TierPrice(Strict):
-    """What one tier costs a plan's keys, in US dollars per 1,000 tokens."""
+    """What one tier costs a plan's keys, in US dollars per 1,000 tokens: exact decimals (at
+    most 6 places, a whole number of nano-dollars per token), never floats."""
 
-    prompt_per_1k: float = Field(ge=0, description="USD per 1K prompt tokens")
-    completion_per_1k: float = Field(ge=0, description="USD per 1K completion tokens")
+    prompt_per_1k: Decimal = Field(ge=0, description="USD per 1K prompt tokens")
+    completion_per_1k: Decimal = Field(ge=0, description="USD per 1K completion tokens")
+    cached_prompt_per_1k: Decimal | None = Field(
+        default=None,
+        ge=0,
+        description="USD per 1K prompt tokens the engine served from its prefix cache; "
+        "default: the prompt price",
+    )
 
-    def micros(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """The cost of a request in micro-dollars (1e-6 USD), rounded up."""
-        exact = prompt_tokens * self.prompt_per_1k + completion_tokens * self.completion_per_1k
-        return math.ceil(round(exact * 1000, 6))
+    @field_validator("prompt_per_1k", "completion_per_1k", "cached_prompt_per_1k", mode="before")
+    @classmethod
+    def _from_text(cls, value: object) -> object:
+        # YAML reads 0.1 as a float: take its shortest text, never its binary expansion
+        return Decimal(repr(value)) if isinstance(value, float) else value
+
+    @field_validator("prompt_per_1k", "completion_per_1k", "cached_prompt_per_1k")
+    @classmethod
+    def _whole_nanos(cls, value: Decimal | None) -> Decimal | None:
+        return None if value is None else _exact_price(value)
+
+    @property
+    def cached(self) -> Decimal:
+        """The price of a cached prompt token's thousand (the prompt price if none is set)."""
+        return (
+            self.prompt_per_1k if self.cached_prompt_per_1k is None else self.cached_prompt_per_1k
+        )
+
+    def nanos(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
+        """The exact cost of a request in nano-dollars (1e-9 USD); `cached_tokens` of the
+        prompt tokens are priced at the cached price."""
+        fresh = prompt_tokens - cached_tokens
+        return int(
+            (
+                fresh * self.prompt_per_1k
+                + cached_tokens * self.cached
+                + completion_tokens * self.completion_per_1k
+            )
+            * _PER_TOKEN
+        )
+
+    def applied(self) -> dict[str, str]:
+        """The prices as a usage event and an invoice state them (decimal strings)."""
+        return {
+            "prompt_per_1k": str(self.prompt_per_1k),
+            "cached_prompt_per_1k": str(self.cached),
+            "completion_per_1k": str(self.completion_per_1k),
+        }
 
 
 class PlanLimits(Strict):
@@ -36,9 +116,26 @@ class PlanLimits(Strict):
     concurrent_requests: int | None = Field(
         default=None, ge=1, description="Requests of one key in flight at once"
     )
-    monthly_budget_usd: float | None = Field(
+    monthly_budget_usd: Decimal | None = Field(
         default=None, ge=0, description="Spend per key and calendar month (UTC), in USD"
     )
+
+    @field_validator("monthly_budget_usd", mode="before")
+    @classmethod
+    def _from_text(cls, value: object) -> object:
+        return Decimal(repr(value)) if isinstance(value, float) else value
+
+    @field_validator("monthly_budget_usd")
+    @classmethod
+    def _cents_or_finer(cls, value: Decimal | None) -> Decimal | None:
+        if value is not None and value != value.quantize(Decimal("1e-9")):
+            raise ValueError("a budget has at most 9 decimals")
+        return value
+
+    @property
+    def budget_nanos(self) -> int | None:
+        """The monthly budget in nano-dollars (None: no budget)."""
+        return None if self.monthly_budget_usd is None else usd_nanos(self.monthly_budget_usd)
 
 
 class PlanConfig(Strict):

@@ -10,9 +10,11 @@ from zerolayer.config.base import Strict
 from zerolayer.config.models import ModelConfig
 from zerolayer.config.plans import PlanConfig
 from zerolayer.config.services import (
+    BillingConfig,
     ChunkerConfig,
     ConversationsConfig,
     GatewayConfig,
+    IdempotencyConfig,
     KernelConfig,
     MonitoringConfig,
     RayConfig,
@@ -79,6 +81,14 @@ class PlatformConfig(Strict):
     conversations: ConversationsConfig = Field(
         default_factory=ConversationsConfig,
         description="Stored responses and conversations: how long they live",
+    )
+    billing: BillingConfig = Field(
+        default_factory=BillingConfig,
+        description="Usage events, their aggregates and the monthly invoices",
+    )
+    idempotency: IdempotencyConfig = Field(
+        default_factory=IdempotencyConfig,
+        description="Idempotency-Key on POST requests",
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

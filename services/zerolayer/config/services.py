@@ -18,6 +18,9 @@ __all__ = [
     "KernelConfig",
     "MonitoringConfig",
     "TrafficSamplingConfig",
+    "ConversationsConfig",
+    "BillingConfig",
+    "IdempotencyConfig",
 ]
 
 
@@ -280,4 +283,48 @@ class ConversationsConfig(Strict):
         default=None,
         ge=60,
         description="How long a conversation lives after its last change; None: until deleted",
+    )
+
+
+class BillingConfig(Strict):
+    """The billing deployment: how it reads the usage event stream, when months close."""
+
+    replicas: int = Field(default=1, ge=1, description="Consumers of the usage stream (one group)")
+    num_cpus: float = Field(default=0.1, ge=0, description="CPUs reserved per billing replica")
+    batch: int = Field(default=500, ge=1, le=10000, description="Events read and applied at once")
+    claim_idle_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A delivered event not acknowledged for this long belongs to a consumer that "
+        "died: another claims it",
+    )
+    dedupe_ttl_s: int = Field(
+        default=40 * 86400,
+        ge=3600,
+        description="How long an event id is remembered (written, counted): a duplicate within "
+        "it is dropped",
+    )
+    stream_retention_s: int = Field(
+        default=86400,
+        ge=60,
+        description="Counted events stay in the stream this long (the month's export keeps them "
+        "for good)",
+    )
+    close_after_s: int = Field(
+        default=3600,
+        ge=0,
+        description="A month's invoice closes this long after the month ends (UTC); later events "
+        "go to the next month's invoice, marked late",
+    )
+
+
+class IdempotencyConfig(Strict):
+    """Idempotency-Key on POST requests: how long a first result is replayed."""
+
+    ttl_s: int = Field(default=86400, ge=60, description="How long a key's first result is kept")
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="A replayed result larger than this is not kept (the retry runs again as a "
+        "409 would be worse); streams are kept as their frames",
     )

@@ -16,12 +16,14 @@ __all__ = ["SamplingSpec", "TokenDelta", "Engine"]
 class TokenDelta:
     """New output since the previous delta. finish_reason is set on the last one only; queue_s,
     on the first one, is how long the request waited before the engine started it (None: the
-    engine cannot tell)."""
+    engine cannot tell); cached_tokens, on the first one, how many prompt tokens came from the
+    engine's prefix cache (None: it cannot tell)."""
 
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
     queue_s: float | None = None
+    cached_tokens: int | None = None
 
 
 @runtime_checkable

@@ -72,11 +72,17 @@ class VLLMEngine:
         )
         prompt = {"prompt_token_ids": list(spec.prompt_token_ids)}
         # Closing this generator (client gone) closes vLLM's, which aborts the request.
+        cached: int | None = None
         async for out in self._llm.generate(prompt, params, spec.request_id):
             comp = out.outputs[0]
             finish = comp.finish_reason if out.finished else None
             if comp.token_ids or comp.text or finish:
-                yield TokenDelta(comp.text, list(comp.token_ids), finish)
+                # the prefix cache's share of the prompt, reported once (on the first delta)
+                first = cached is None
+                cached = int(getattr(out, "num_cached_tokens", None) or 0)
+                yield TokenDelta(
+                    comp.text, list(comp.token_ids), finish, cached_tokens=cached if first else None
+                )
 
     async def signals(self) -> dict[str, Any]:
         prefix = dict(self._prefix)

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.flow import Flow
+from zerolayer.gateway.flow import Flow, status_of
 from zerolayer.gateway.http import ClosingStream, authorise, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts, chunked
@@ -88,11 +88,12 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         if request.headers.get("content-type", "").startswith("text/plain"):
             model_id, options = _query_options(request, cfg.chunker.chunk_tokens)
             model = catalog.resolve(model_id, record.plan).model
-            reservation = await flow.limit(record, request_id(), 0, 0)
-            settle = _once(lambda tokens: flow.settle(reservation, tokens, 0))
+            call = await flow.free(record, request_id(), model, 0)
+            settle = _once(lambda tokens, status: flow.finish(call, tokens, 0, status))
             return ClosingStream(
                 _streamed(parts, request, model, options, settle),
-                on_close=lambda: settle(0),  # gone before the body started: nothing was cut
+                # gone before the body started: nothing was cut
+                on_close=lambda: settle(0, "client_disconnect"),
                 duplex=True,
                 media_type="application/x-ndjson",
             )
@@ -102,8 +103,8 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         model = catalog.resolve(body.model, record.plan).model
         texts = body.texts()
         most = sum(len(t.encode("utf-8")) for t in texts)  # a token is at least one byte
-        reservation = await flow.limit(record, request_id(), most, 0)
-        total = 0
+        call = await flow.free(record, request_id(), model, most)
+        total, status = 0, "client_disconnect"
         try:
             options = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
             got = await parts.backend.chunk_all(model, texts, options)
@@ -114,8 +115,12 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
                 for c in ev.chunks:
                     data.append(_chunk_object(len(data), j, 0, c))
             total = sum(c["tokens"] for c in data)
+            status = "ok"
+        except BaseException as exc:
+            status = status_of(exc)
+            raise
         finally:
-            flow.settle(reservation, total, 0)
+            flow.finish(call, total, 0, status)
         return JSONResponse(
             {
                 "object": "list",
@@ -128,15 +133,15 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     return router
 
 
-def _once(step: Callable[[int], None]) -> Callable[[int], None]:
+def _once(step: Callable[[int, str], None]) -> Callable[[int, str], None]:
     """step, run on the first call only."""
     done = False
 
-    def run(tokens: int) -> None:
+    def run(tokens: int, status: str) -> None:
         nonlocal done
         if not done:
             done = True
-            step(tokens)
+            step(tokens, status)
 
     return run
 
@@ -151,10 +156,11 @@ async def _streamed(
     request: Request,
     model: str,
     options: dict[str, int],
-    settle: Callable[[int], None],
+    settle: Callable[[int, str], None],
 ) -> AsyncIterator[bytes]:
     decoder = codecs.getincrementaldecoder("utf-8")()
     buffer, base, fed, index, total, received = "", 0, 0, 0, 0, 0
+    status = "client_disconnect"  # unless it ends
     limit = parts.config.chunker.max_chunks
     max_bytes = parts.config.chunker.max_stream_bytes
 
@@ -193,11 +199,14 @@ async def _streamed(
             "tokens": total,
             "chars": base + len(buffer),
         }
+        status = "ok"
         yield json.dumps(done).encode() + b"\n"
     except UnicodeDecodeError as exc:
+        status = "invalid"
         err = InvalidRequest(f"the request body is not valid UTF-8 ({exc.reason})")
         yield json.dumps(err.body()).encode() + b"\n"
     except APIError as exc:
+        status = status_of(exc)
         yield json.dumps(exc.body()).encode() + b"\n"
     finally:
-        settle(total)
+        settle(total, status)

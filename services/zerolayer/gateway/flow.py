@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
+from zerolayer.billing.events import UsageEvent, day_of
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import (
     APIError,
@@ -39,7 +41,7 @@ from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
-__all__ = ["Call", "Flow", "Opened", "completion_budget"]
+__all__ = ["Call", "Flow", "Opened", "completion_budget", "status_of"]
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +62,23 @@ def completion_budget(
     return asked if asked is not None else min(default_max_tokens, room)
 
 
+def status_of(exc: BaseException) -> str:
+    """The usage event status of a request that ended with this exception."""
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    if isinstance(exc, Overloaded | ShuttingDown):
+        return "shed"
+    if isinstance(exc, asyncio.CancelledError):
+        return "client_disconnect"
+    if isinstance(exc, APIError) and exc.status_code < 500:
+        return "invalid"
+    return "engine_error"
+
+
 class Flow:
     """Runs completion requests; one per gateway replica. Also keeps the leases of its requests
-    in flight alive, sweeps those of dead gateways, and settles every request, retrying until
-    Redis answers."""
+    in flight alive, sweeps those of dead gateways, and settles every request with its usage
+    event, retrying until Redis answers."""
 
     def __init__(
         self,
@@ -207,40 +222,93 @@ class Flow:
         return r
 
     async def reserve(
-        self, record: ApiKeyRecord, r: Reservation, tokens: int, micros: int, extra: int = 0
+        self, record: ApiKeyRecord, r: Reservation, tokens: int, nanos: int, extra: int = 0
     ) -> None:
         """The limits that need the request's size: tokens/min and the monthly budget."""
         try:
             await self.limiter.reserve(
-                r, record.plan, self.config.plans[record.plan], tokens, micros, extra
+                r, record.plan, self.config.plans[record.plan], tokens, nanos, extra
             )
         except RateLimited as exc:
             self.inflight.pop(r.request_id, None)  # the script gave the lease back
             self.metrics.inc("limited", exc.code or "", record.plan)
             raise
 
-    async def limit(self, record: ApiKeyRecord, rid: str, tokens: int, micros: int) -> Reservation:
-        """Both steps at once (a request whose size is known up front)."""
-        r = await self.request(record, rid)
-        await self.reserve(record, r, tokens, micros)
-        return r
+    async def free(
+        self, record: ApiKeyRecord, rid: str, model: str, tokens: int, endpoint: str = "chunks"
+    ) -> Call:
+        """Both limit steps at once for a call that costs nothing but counts (chunking: its
+        tier is "chunker"); a refusal is recorded as a usage event."""
+        started = time.time()
+        target = Target(model, "chunker")
+        try:
+            r = await self.request(record, rid)
+            await self.reserve(record, r, tokens, 0)
+        except RateLimited as exc:
+            self.refused(record, target, rid, endpoint, exc, started)
+            raise
+        return Call(record, target, target, r, endpoint=endpoint, started=started, free=True)
 
-    def settle(self, r: Reservation, tokens: int, micros: int, extra: int = 0) -> None:
-        """Correct a reservation to what was used and free its lease: in the background (the
-        request may be in the middle of being cancelled), retried until Redis answers."""
-        self.later(self._settle(r, tokens, micros, extra))
+    def settle(
+        self,
+        r: Reservation,
+        tokens: int,
+        nanos: int,
+        extra: int = 0,
+        event: UsageEvent | None = None,
+    ) -> None:
+        """Correct a reservation to what was used, free its lease and add the request's usage
+        event: in the background (the request may be in the middle of being cancelled),
+        retried until Redis answers."""
+        self.later(self._settle(r, tokens, nanos, extra, event))
 
-    async def _settle(self, r: Reservation, tokens: int, micros: int, extra: int) -> None:
-        step = functools.partial(self.limiter.settle, r, tokens, micros, extra)
+    async def _settle(
+        self, r: Reservation, tokens: int, nanos: int, extra: int, event: UsageEvent | None
+    ) -> None:
+        step = functools.partial(self.limiter.settle, r, tokens, nanos, extra, event)
         if await retried(step, f"settling {r.request_id}", self._stop):
             self.inflight.pop(r.request_id, None)
 
-    async def begin(self, record: ApiKeyRecord, model: str, rid: str) -> Call:
+    def refused(
+        self,
+        record: ApiKeyRecord,
+        target: Target,
+        rid: str,
+        endpoint: str,
+        exc: BaseException,
+        started: float,
+    ) -> None:
+        """Record a request refused before it had a reservation (shed, rate limited): its
+        usage event, costing nothing, in the background."""
+        now = time.time()
+        ev = UsageEvent(
+            rid,
+            record.owner,
+            record.key_id,
+            record.plan,
+            target.model,
+            target.tier,
+            endpoint,
+            status_of(exc),
+            started,
+            now,
+            day_of(started),
+        )
+        step = functools.partial(self.limiter.events.write, ev)
+        self.later(retried(step, f"recording {rid}", self._stop))
+
+    async def begin(self, record: ApiKeyRecord, model: str, rid: str, endpoint: str) -> Call:
         """A request's first steps: its tier (the model id and plan rules), admission control,
-        the cheap limits."""
+        the cheap limits. A refusal by the last two is recorded as a usage event."""
+        started = time.time()
         target = self.catalog.resolve(model, record.plan, await self.states())
-        self.shed(record, target)
-        return Call(record, target, target, await self.request(record, rid))
+        try:
+            self.shed(record, target)
+            reservation = await self.request(record, rid)
+        except (Overloaded, ShuttingDown, RateLimited) as exc:
+            self.refused(record, target, rid, endpoint, exc, started)
+            raise
+        return Call(record, target, target, reservation, endpoint=endpoint, started=started)
 
     async def sized(self, call: Call, prompt_tokens: int, max_tokens: int) -> None:
         """The limits that need the request's size, then counted as a request of its tier."""
@@ -249,7 +317,7 @@ class Flow:
             call.record,
             call.reservation,
             prompt_tokens + max_tokens,
-            price.micros(prompt_tokens, max_tokens),
+            price.nanos(prompt_tokens, max_tokens),
         )
         self.metrics.inc("requests", str(call.target), call.record.plan)
 
@@ -258,12 +326,13 @@ class Flow:
     ) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        endpoint = "chat.completions" if chat else "completions"
         try:
-            call = await self.begin(record, body.model, rid)
+            call = await self.begin(record, body.model, rid, endpoint)
             try:
                 return await self._run(body, call)
-            except BaseException:
-                self.finish(call, 0, 0)  # no-op when the request was settled already
+            except BaseException as exc:
+                self.finish(call, 0, 0, status_of(exc))  # a no-op once it was settled
                 raise
         except APIError as exc:  # the app's handler answers it, with the request's id
             exc.request_id = rid
@@ -310,7 +379,7 @@ class Flow:
                 call.record,
                 call.reservation,
                 len(ids) + max_tokens,
-                price.micros(len(ids), max_tokens),
+                price.nanos(len(ids), max_tokens),
             )
         else:
             # one reservation for the whole job: every map call plus the final answer, and
@@ -325,7 +394,7 @@ class Flow:
                 call.record,
                 call.reservation,
                 reserve_prompt + reserve_completion,
-                price.micros(reserve_prompt, reserve_completion),
+                price.nanos(reserve_prompt, reserve_completion),
                 extra=job.most_calls(),
             )
             ids = await self._summarised(job, target.model, prompt)
@@ -380,18 +449,27 @@ class Flow:
         """Run a request whole on its tier; settled and measured when it returns (a failure
         raised as its APIError)."""
         res = None
+        status = "client_disconnect"  # unless it returns or fails
         g = self.config.gateway
         limit_s = g.tier_wait_s + g.request_timeout_s
         try:
             res = await asyncio.wait_for(self.backend.complete(call.dest, spec), limit_s)
+            status = "ok" if isinstance(res, End) else "engine_error"
         except Exception as exc:
             err = _replica_failure(call.target, exc, limit_s, g.tier_wait_s)
+            status = status_of(err)
             if err is exc:
                 raise
             raise err from exc
         finally:
-            used = (res.prompt_tokens, res.completion_tokens) if res is not None else (0, 0)
-            self.finish(call, *used)
+            # a whole reply that failed or was abandoned delivered nothing: it costs nothing
+            if isinstance(res, End):
+                end = res
+                self.finish(
+                    call, end.prompt_tokens, end.completion_tokens, status, end.cached_tokens
+                )
+            else:
+                self.finish(call, 0, 0, status)
         if isinstance(res, Failed):
             res.raise_()
         self.ended(call, res)
@@ -434,13 +512,19 @@ class Flow:
         def on_token() -> None:
             self.admission.forget(tier, waiting)
 
-        def on_end(prompt: int, completion: int, end: End | None) -> None:
+        def on_end(prompt: int, completion: int, end: End | None, failed: bool = False) -> None:
             self.admission.forget(tier, waiting)
             if end is not None:
                 self.ended(call, end)
-            self.finish(call, prompt, completion)
+                self.finish(call, prompt, completion, "ok", end.cached_tokens)
+            else:
+                status = "engine_error" if failed else "client_disconnect"
+                self.finish(call, prompt, completion, status)
 
-        return Opened(first, events, on_token, on_end, lambda: self.finish(call, 0, 0))
+        def on_close() -> None:  # the response closed before its stream started
+            self.finish(call, 0, 0, "client_disconnect")
+
+        return Opened(first, events, on_token, on_end, on_close)
 
     async def _stream(
         self,
@@ -471,16 +555,38 @@ class Flow:
         self.metrics.inc("prompt_tokens", tier, plan, n=end.prompt_tokens)
         self.metrics.inc("completion_tokens", tier, plan, n=end.completion_tokens)
 
-    def finish(self, call: Call, prompt: int, completion: int) -> None:
-        """Settle a request (and its map-reduce calls) to what was used, once."""
+    def finish(
+        self, call: Call, prompt: int, completion: int, status: str = "ok", cached: int = 0
+    ) -> None:
+        """Settle a request (and its map-reduce calls) to what was used, with its usage event,
+        once."""
         if call.settled:
             return
         call.settled = True
         prompt, completion = call.billed(prompt, completion)
-        price = self.config.plans[call.record.plan].prices[call.target.tier]
-        micros = price.micros(prompt, completion)
+        record, target = call.record, call.target
+        price = None if call.free else self.config.plans[record.plan].prices[target.tier]
         calls = call.job.calls if call.job is not None else 0
-        self.settle(call.reservation, max(prompt + completion, call.tokenized), micros, calls)
+        event = UsageEvent(
+            call.reservation.request_id,
+            record.owner,
+            record.key_id,
+            record.plan,
+            target.model,
+            target.tier,
+            call.endpoint,
+            status,
+            call.started,
+            time.time(),
+            call.reservation.day or day_of(call.started),
+            price,
+            prompt,
+            min(cached, prompt),
+            completion,
+            1 + calls,
+        )
+        tokens = max(prompt + completion, call.tokenized)
+        self.settle(call.reservation, tokens, event.cost_nanos, calls, event)
 
 
 def _replica_failure(target: Target, exc: Exception, limit_s: float, retry_s: float) -> Exception:
@@ -510,6 +616,9 @@ class Call:
     job: SummaryJob | None = None
     tokenized: int = 0  # prompt tokens read for a request refused after tokenizing
     settled: bool = False
+    endpoint: str = "chat.completions"  # the API it came through (its usage event says)
+    started: float = 0.0  # when the gateway had it (time.time())
+    free: bool = False  # a call without a price (chunking)
 
     def billed(self, prompt: int, completion: int) -> tuple[int, int]:
         """The request's tokens plus those of its map-reduce calls, if any."""
@@ -526,10 +635,11 @@ class Call:
 class Opened:
     """A streamed request a replica took: its Start, the rest of its events, and the hooks the
     stream calls: on_token() at the first token, on_end(prompt, completion, end) once however
-    it ends, on_close() when the HTTP response closes (a no-op after on_end)."""
+    it ends (failed: the tier failed, else without an End the client left), on_close() when
+    the HTTP response closes (a no-op after on_end)."""
 
     first: Start
     events: AsyncIterator[ReplicaEvent]
     on_token: Callable[[], None]
-    on_end: Callable[[int, int, End | None], None]
+    on_end: Callable[..., None]
     on_close: Callable[[], None]

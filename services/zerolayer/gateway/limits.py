@@ -6,20 +6,24 @@ A request passes two steps, so that the cheap limits come before any heavy work:
 1. `request`, right after the key is checked (before the body is tokenized): one request of the
    minute's request count and a concurrency lease.
 2. `reserve`, once the prompt's size is known: prompt tokens + max_tokens of the minute's token
-   count, and the request's largest possible cost of the month's spend. A refusal here gives the
+   count, and the request's largest possible cost of the month's spend (exact integer
+   nano-dollars, the unit of the invoices). A refusal here gives the
    lease back (the request still counts as a request).
 
-When the request ends (finished, failed or abandoned) `settle` gives back the lease and corrects
-tokens and spend to what was delivered. Every step is idempotent by request id: a retried call
-(redis-py retries after a dropped connection) neither takes nor gives back twice, and a second
-settle is a no-op. A reservation is a hash `...:res:<request id>`; the lease is its entry in the
-key's sorted set `...:conc`, scored by when it ends. Gateways renew the leases of their requests
-in flight; a lease that ran out belongs to a gateway that died, and `sweep` gives its
-reservation back (tokens and worst-case cost: what such a request delivered is not known).
+When the request ends (finished, failed or abandoned) `settle` gives back the lease, corrects
+tokens and spend to what was delivered, and adds the request's usage event to the billing stream,
+all in one script: the budget and the ledger agree on every request. Every step is idempotent by
+request id: a retried call (redis-py retries after a dropped connection) neither takes nor gives
+back twice, and a second settle is a no-op. A reservation is a hash `...:res:<request id>`; the
+lease is its entry in the key's sorted set `...:conc`, scored by when it ends. Gateways renew the
+leases of their requests in flight; a lease that ran out belongs to a gateway that died, and
+`sweep` gives its reservation back (tokens and worst-case cost: such a request wrote no usage
+event, so it costs nothing in the budget and on the invoice alike).
 
 Time is Redis's (`TIME` in the scripts), so every gateway agrees on minutes and leases whatever
-its own clock says; only the month of the spend counter is the gateway's (seconds of skew at a
-month's edge). A test may pin the time with `clock`.
+its own clock says; only the day a request is billed to (its spend counter's month, its usage
+event's day) is the gateway's, taken once when the request is first counted. A test may pin the
+time with `clock`.
 
 Windows are fixed calendar minutes (UTC); the token count admits a request when the minute's
 count plus its reservation fits the limit, or when the minute is still empty (so one request
@@ -27,7 +31,7 @@ larger than the whole limit is not refused for ever).
 
 Redis keys (hash-tagged by key id, so one key's are on one shard): zl:rl:{id}:req:<minute>,
 zl:rl:{id}:tok:<minute>, zl:rl:{id}:conc, zl:rl:{id}:res:<request id>,
-zl:rl:{id}:spend:<YYYY-MM> (micro-USD). The scripts build the minute's and the reservation's key
+zl:rl:{id}:cost:<YYYY-MM> (nano-USD). The scripts build the minute's and the reservation's key
 names from the key's prefix: all share its hash tag.
 """
 
@@ -44,7 +48,15 @@ from datetime import datetime, timezone
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from zerolayer.config import PlanConfig
+from zerolayer.billing.events import (
+    RECORD_LUA,
+    SEEN_PREFIX,
+    STREAM,
+    EventWriter,
+    UsageEvent,
+    day_of,
+)
+from zerolayer.config import PlanConfig, usd_text
 from zerolayer.errors import RateLimited
 
 __all__ = ["Reservation", "Limiter", "month_of", "retried"]
@@ -64,15 +76,15 @@ local function correct(key, delta)
 end
 -- end a reservation: the lease back, tokens, spend and extra requests corrected to what was
 -- used (only counters the plan keeps exist)
-local function give_back(p, rid, used_tokens, used_micros, used_extra)
+local function give_back(p, rid, used_tokens, used_nanos, used_extra)
   local res = p .. ':res:' .. rid
-  local h = redis.call('HMGET', res, 'minute', 'tokens', 'micros', 'month', 'extra')
+  local h = redis.call('HMGET', res, 'minute', 'tokens', 'nanos', 'month', 'extra')
   redis.call('ZREM', p .. ':conc', rid)
   if not h[1] then return 0 end
-  local tokens, micros = tonumber(h[2]), tonumber(h[3])
+  local tokens, nanos = tonumber(h[2]), tonumber(h[3])
   if h[4] then
     correct(p .. ':tok:' .. h[1], used_tokens - tokens)
-    correct(p .. ':spend:' .. h[4], used_micros - micros)
+    correct(p .. ':cost:' .. h[4], used_nanos - nanos)
     correct(p .. ':req:' .. h[1], used_extra - tonumber(h[5] or '0'))
   end
   redis.call('DEL', res)
@@ -104,24 +116,24 @@ if rpm >= 0 then
   redis.call('EXPIRE', reqk, 120)
 end
 redis.call('ZADD', leases, now + lease, rid)
-redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'micros', 0)
+redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'nanos', 0)
 return {'ok', 0, now}
 """
 )
 
-# ARGV: now_ms|0, prefix, rid, tokens, tpm, budget, micros, month, month_ttl_s, extra, rpm
+# ARGV: now_ms|0, prefix, rid, tokens, tpm, budget, nanos, month, month_ttl_s, extra, rpm
 _RESERVE = (
     _COMMON
     + """
 local p, rid = ARGV[2], ARGV[3]
 local tokens, tpm = tonumber(ARGV[4]), tonumber(ARGV[5])
-local budget, micros, month, month_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local budget, nanos, month, month_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], ARGV[9]
 local extra, rpm = tonumber(ARGV[10]), tonumber(ARGV[11])
 local res = p .. ':res:' .. rid
 local h = redis.call('HMGET', res, 'minute', 'month')
 if not h[1] then return {'gone', 0} end
 if h[2] then return {'ok', 0} end
-local reqk, tokk, spend = p .. ':req:' .. h[1], p .. ':tok:' .. h[1], p .. ':spend:' .. month
+local reqk, tokk, spend = p .. ':req:' .. h[1], p .. ':tok:' .. h[1], p .. ':cost:' .. month
 if rpm >= 0 and extra > 0 then
   local used = tonumber(redis.call('GET', reqk) or '0')
   if used + extra > rpm then
@@ -138,7 +150,7 @@ if tpm >= 0 then
 end
 if budget >= 0 then
   local used = tonumber(redis.call('GET', spend) or '0')
-  if used + micros > budget then
+  if used + nanos > budget then
     give_back(p, rid, 0, 0, 0)
     return {'monthly_budget', used}
   end
@@ -150,19 +162,24 @@ if tpm >= 0 then
 else
   tokens = 0
 end
-redis.call('INCRBY', spend, micros)
+redis.call('INCRBY', spend, nanos)
 redis.call('EXPIRE', spend, month_ttl)
 if rpm < 0 then extra = 0 end
-redis.call('HSET', res, 'tokens', tokens, 'micros', micros, 'month', month, 'extra', extra)
+redis.call('HSET', res, 'tokens', tokens, 'nanos', nanos, 'month', month, 'extra', extra)
 return {'ok', 0}
 """
 )
 
-# ARGV: now_ms|0, prefix, rid, used_tokens, used_micros, used_extra
+# ARGV: now_ms|0, prefix, rid, used_tokens, used_nanos, used_extra[, stream, seen prefix,
+# dedupe ttl, event id, event json]: the settlement, and the request's usage event added once
 _SETTLE = (
     _COMMON
+    + RECORD_LUA
     + """
-return give_back(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+local done = give_back(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+local added = 0
+if #ARGV >= 11 then added = record(ARGV[7], ARGV[8], ARGV[10], ARGV[11], ARGV[9]) end
+return {done, added}
 """
 )
 
@@ -213,6 +230,11 @@ class Reservation:
     key_id: str
     request_id: str
     minute: int  # Redis's minute when the request was counted
+    day: str = ""  # the UTC day (YYYY-MM-DD) it is billed to, the gateway's when it was counted
+
+    @property
+    def month(self) -> str:
+        return self.day[:7]
 
 
 def _prefix(key_id: str) -> str:
@@ -258,9 +280,12 @@ class Limiter:
         client: aioredis.Redis,
         lease_s: float = 60.0,
         clock: Callable[[], float] | None = None,
+        dedupe_ttl_s: int = 40 * 86400,
     ):
         self.client = client
         self.lease_ms = int(lease_s * 1000)
+        self.dedupe_ttl_s = dedupe_ttl_s
+        self.events = EventWriter(client, dedupe_ttl_s)  # usage events that settle nothing
         self.clock = clock  # None: Redis's time (tests pin it)
         self._request = client.register_script(_REQUEST)
         self._reserve = client.register_script(_RESERVE)
@@ -292,7 +317,7 @@ class Limiter:
         status, now = _text(status), int(now_ms) / 1000
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
-        return Reservation(key_id, request_id, int(now // 60))
+        return Reservation(key_id, request_id, int(now // 60), day_of(self._now()))
 
     async def reserve(
         self,
@@ -300,16 +325,17 @@ class Limiter:
         plan_name: str,
         plan: PlanConfig,
         tokens: int,
-        micros: int,
+        nanos: int,
         extra_requests: int = 0,
     ) -> None:
         """Step 2: reserve tokens and worst-case spend, and count `extra_requests` more
         requests of the minute (the model calls a request fans out to), or raise RateLimited
         (the lease is given back then)."""
         lim = plan.limits
-        budget = None if lim.monthly_budget_usd is None else round(lim.monthly_budget_usd * 1e6)
+        budget = lim.budget_nanos
         now = self._now()
-        month, month_left = month_of(now)
+        month_left = month_of(now)[1]
+        month = r.month or month_of(now)[0]
         status, used = await self._reserve(
             args=[
                 self._pinned_ms(),
@@ -318,7 +344,7 @@ class Limiter:
                 tokens,
                 _arg(lim.tokens_per_minute),
                 _arg(budget),
-                micros,
+                nanos,
                 month,
                 int(month_left) + 7 * 86400,  # kept a week past the month for late settles
                 extra_requests,
@@ -333,7 +359,7 @@ class Limiter:
                 code="concurrent_requests",
             )
         if status != "ok":
-            raise self._refusal(status, int(used), plan_name, plan, tokens, micros, now)
+            raise self._refusal(status, int(used), plan_name, plan, tokens, nanos, now)
 
     def _refusal(
         self,
@@ -342,13 +368,13 @@ class Limiter:
         plan_name: str,
         plan: PlanConfig,
         tokens: int,
-        micros: int,
+        nanos: int,
         now: float,
     ) -> RateLimited:
         lim = plan.limits
         if limit == "monthly_budget":
-            spent, cap = used / 1e6, float(lim.monthly_budget_usd or 0)
-            detail = f"spent ${spent:.4f} of ${cap:.2f}; this request may cost ${micros / 1e6:.4f}"
+            spent, cap = usd_text(used), lim.monthly_budget_usd
+            detail = f"spent ${spent} of ${cap}; this request may cost up to ${usd_text(nanos)}"
             retry = month_of(now)[1]
         elif limit == "concurrent_requests":
             detail = f"{used} of {lim.concurrent_requests} in flight"
@@ -364,15 +390,35 @@ class Limiter:
             code=limit,
         )
 
-    async def settle(self, r: Reservation, tokens: int, micros: int, extra: int = 0) -> bool:
-        """The request ended having used `tokens` (prompt + delivered) costing `micros` and made
-        `extra` further model calls: free its lease and correct the minute's tokens and
-        requests and the month's spend. False if it was settled (or swept) before: nothing
-        changes then."""
-        done = await self._settle(
-            args=[self._pinned_ms(), _prefix(r.key_id), r.request_id, tokens, micros, extra]
-        )
+    async def settle(
+        self,
+        r: Reservation,
+        tokens: int,
+        nanos: int,
+        extra: int = 0,
+        event: UsageEvent | None = None,
+    ) -> bool:
+        """The request ended having used `tokens` (prompt + delivered) costing `nanos` and made
+        `extra` further model calls: free its lease, correct the minute's tokens and requests
+        and the month's spend, and add its usage event (once, by its id), in one step. False
+        if it was settled (or swept) before: the limits do not change then, and the event is
+        added only if it was not."""
+        args: list[str | int] = [
+            self._pinned_ms(),
+            _prefix(r.key_id),
+            r.request_id,
+            tokens,
+            nanos,
+            extra,
+        ]
+        if event is not None:
+            args += [STREAM, SEEN_PREFIX, self.dedupe_ttl_s, event.id, event.json()]
+        done, _ = await self._settle(args=args)
         return bool(done)
+
+    async def spent(self, key_id: str, month: str) -> int:
+        """A key's spend counter for a month, in nano-dollars."""
+        return int(await self.client.get(f"{_prefix(key_id)}:cost:{month}") or 0)
 
     async def renew(self, reservations: Iterable[Reservation]) -> None:
         """Extend the leases of requests still in flight (one script call per key)."""

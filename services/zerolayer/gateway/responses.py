@@ -40,7 +40,7 @@ from zerolayer.errors import (
     InvalidRequest,
     ObjectNotFound,
 )
-from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget
+from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget, status_of
 from zerolayer.gateway.http import (
     ClosingStream,
     Cursor,
@@ -94,19 +94,19 @@ class Responder:
             # the stored history is read while the limits are checked (one round trip less)
             loading = asyncio.ensure_future(self._turn(body, record, rid))
             try:
-                call = await self.flow.begin(record, body.model, rid)
+                call = await self.flow.begin(record, body.model, rid, "responses")
             except BaseException:
                 loading.add_done_callback(self._abandon)
                 raise
             try:
                 turn = await loading
-            except BaseException:
-                self.flow.finish(call, 0, 0)
+            except BaseException as exc:
+                self.flow.finish(call, 0, 0, status_of(exc))
                 raise
             try:
                 return await self._run(body, turn, call)
-            except BaseException:
-                self.flow.finish(call, 0, 0)  # no-op when it was settled already
+            except BaseException as exc:
+                self.flow.finish(call, 0, 0, status_of(exc))  # no-op when it was settled already
                 if not turn.done:
                     turn.done = True
                     self._release(turn)
@@ -322,23 +322,24 @@ class Responder:
         completion = 0
         ended: End | None = None
         error: APIError | None = None
+        started = False
         try:
             for frame in shape.opening():
                 yield frame
             try:
                 async for ev in o.events:
                     if isinstance(ev, Delta):
-                        if not completion:
+                        if not started:
+                            started = True
                             o.on_token()
-                        completion += ev.tokens
                         if ev.text:
                             text.append(ev.text)
                             yield shape.delta(ev.text)
+                        completion += ev.tokens  # billed once its frame was handed on
                     elif isinstance(ev, End):
                         completion, ended = ev.completion_tokens, ev
                         break
                     elif isinstance(ev, Failed):
-                        completion = max(completion, ev.completion_tokens)
                         error = ev.error.exception()
                         break
             except Exception as exc:  # the replica's process died or the handle broke off
@@ -346,7 +347,7 @@ class Responder:
                 error = EngineError(
                     f"the tier's replica stopped while answering ({type(exc).__name__})"
                 )
-            o.on_end(prompt, completion, ended)
+            o.on_end(prompt, completion, ended, error is not None)
             usage = response_usage(prompt, completion)
             if ended is not None:
                 status, incomplete = outcome(ended.finish_reason)

@@ -87,28 +87,31 @@ async def sse_stream(
     first: Start,
     include_usage: bool,
     on_token: Callable[[], None],
-    on_end: Callable[[int, int, End | None], None],
+    on_end: Callable[..., None],
     report: Callable[[int, int], dict[str, int]] = usage,
 ) -> AsyncIterator[bytes]:
     """SSE frames of one request. on_token() is called at the first generated token;
-    on_end(prompt, completion, end) exactly once, with the tokens delivered and the replica's
-    End (its queue wait and latencies; None if it did not end), however the stream ends: finished,
-    failed, or the client gone. A replica that breaks off (its process died) is reported in-band
-    like a failure. report(prompt, completion) makes the usage chunk."""
+    on_end(prompt, completion, end, failed) exactly once, with the tokens delivered (a delta
+    counts once its frame was handed on), the replica's End (its queue wait and latencies; None
+    if it did not end) and whether the tier failed, however the stream ends: finished, failed,
+    or the client gone. A replica that breaks off (its process died) is reported in-band like a
+    failure. report(prompt, completion) makes the usage chunk."""
     prompt_tokens = first.prompt_tokens
     completion = 0
     ended: End | None = None
+    failed = started = False
     try:
         if shape.chat:
             yield sse(shape.chunk(None, None, include_usage))
         try:
             async for ev in events:
                 if isinstance(ev, Delta):
-                    if not completion:
+                    if not started:
+                        started = True
                         on_token()
-                    completion += ev.tokens
                     if ev.text:  # an end-of-sequence token carries no text: nothing to send
                         yield sse(shape.chunk(ev.text, None, include_usage))
+                    completion += ev.tokens
                 elif isinstance(ev, End):
                     completion, ended = ev.completion_tokens, ev
                     finish = ev.finish_reason
@@ -117,14 +120,15 @@ async def sse_stream(
                         yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
                 elif isinstance(ev, Failed):
                     # Status 200 is already sent: report in-band, then end the stream properly.
-                    completion = max(completion, ev.completion_tokens)
+                    failed = True
                     yield sse(ev.error.body())
                     break
         except Exception as exc:  # the replica's process died or the handle broke off
+            failed = True
             log.warning("stream %s broke off: %s", shape.rid, type(exc).__name__)
             err = EngineError(f"the tier's replica stopped while answering ({type(exc).__name__})")
             yield sse(err.body())
         yield sse("[DONE]")
     finally:
-        on_end(prompt_tokens, completion, ended)
+        on_end(prompt_tokens, completion, ended, failed)
         await events.aclose()  # type: ignore[attr-defined]

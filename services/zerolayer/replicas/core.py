@@ -68,6 +68,7 @@ class TierReplica:
         completion = 0
         finish = None
         queue_s: float | None = None
+        cached = 0
         sent = time.monotonic()
         first = last = sent
         engine = self.engine  # a swap lets this request finish on the engine it started on
@@ -80,6 +81,7 @@ class TierReplica:
                     queue_s = delta.queue_s
                     if queue_s is None:
                         queue_s = last - sent
+                    cached = delta.cached_tokens or 0
                 completion += len(delta.token_ids)
                 finish = delta.finish_reason or finish
                 if delta.text or delta.token_ids:
@@ -95,7 +97,7 @@ class TierReplica:
                 del self._users[id(engine)]
         ttft = first - sent if completion else None
         tpot = (last - first) / (completion - 1) if completion > 1 else None
-        yield End(finish or "stop", prompt_tokens, completion, queue_s, "", ttft, tpot)
+        yield End(finish or "stop", prompt_tokens, completion, queue_s, "", ttft, tpot, cached)
 
     async def complete(self, spec: SamplingSpec) -> End | Failed:
         """The whole result of one request as a single event: End with the text, or Failed."""
@@ -112,6 +114,7 @@ class TierReplica:
                     "".join(parts),
                     ev.ttft_s,
                     ev.tpot_s,
+                    ev.cached_tokens,
                 )
             elif isinstance(ev, Failed):
                 return ev
