@@ -19,6 +19,7 @@ SERVING = (
     "store",
     "conversations",
     "artifacts",
+    "billing",
 )
 # the only modules outside the compiler that may call it: the launcher's one entry, and the CLI
 COMPILER_CALLERS = ("zerolayer.serve.launcher", "zerolayer.serve.builds", "zerolayer.cli")
@@ -63,6 +64,7 @@ LAYERS = {
     "engines": 3,
     "store": 3,
     "conversations": 3,
+    "billing": 3,
     "tokenfix": 3,
     "chunker": 3,
     "models": 3,

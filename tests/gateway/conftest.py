@@ -4,8 +4,10 @@ Redis: gateway replicas."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +15,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
+from zerolayer.billing.consumer import Biller
+from zerolayer.billing.ledger import Ledger
 from zerolayer.chunker.service import Chunker
 from zerolayer.config import PlanConfig, PlatformConfig
 from zerolayer.conversations import ConversationStore
@@ -62,7 +66,9 @@ class Gateway:
         app: Any,
         clock: Callable[[], float],
         redis: redis.Redis,
+        biller: Biller,
     ):
+        self.biller = biller  # a billing consumer on the gateway's Redis, run by billed()
         self.clock = clock  # the limiter's: a fixed second in the middle of a minute
         self.redis = redis  # the Redis the gateway uses, for looking at its counters
         self.client = client
@@ -87,6 +93,33 @@ class Gateway:
     def settled(self) -> None:
         """Wait until the background settlements of finished requests are written."""
         self.client.portal.call(self.app.state.flow.drain)
+
+    def billed(self) -> None:
+        """Settle, then count every usage event written so far into the ledger."""
+        self.settled()
+
+        async def count() -> None:
+            await self.biller.setup()
+            while True:
+                await self.biller.step(block_ms=1)
+                lag = await self.biller.lag()
+                if not lag["unread"] and not lag["pending"]:
+                    return
+
+        self.client.portal.call(count)
+
+    def event(self, request_id: str) -> dict[str, Any]:
+        """The usage event of a request, as counted (billed() first)."""
+        tenant = self.record().owner
+        month = time.strftime("%Y-%m", time.gmtime())
+        for text in self.redis.lrange(f"zl:bill:{{{tenant}}}:events:{month}", 0, -1):
+            ev = json.loads(text)
+            if ev["id"] == request_id:
+                return dict(ev)
+        raise AssertionError(f"no usage event for {request_id}")
+
+    def record(self) -> Any:
+        return KeyStore(self.redis).get(self.key_id)
 
     def http(self) -> str:
         """Serve this app over real HTTP too (uvicorn on a free port, in the event loop the
@@ -206,7 +239,12 @@ def make_gateway(
                 lookup_key=AsyncKeyStore(aclient).lookup,
                 config=cfg,
                 health=health,
-                limiter=Limiter(aclient, cfg.gateway.concurrency_lease_s, clock=clock),
+                limiter=Limiter(
+                    aclient,
+                    cfg.gateway.concurrency_lease_s,
+                    clock=clock,
+                    dedupe_ttl_s=cfg.billing.dedupe_ttl_s,
+                ),
                 metrics=Metrics(aclient),
                 keys=KeyStore(sync),
                 traffic=AsyncTrafficStore(aclient, ts.retention_s, ts.max_per_key),
@@ -216,6 +254,7 @@ def make_gateway(
                 ),
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
+                ledger=Ledger(aclient, cfg.billing.close_after_s),
             )
         )
         # wrap: ASGI layers around the app, as Ray Serve puts its own around it
@@ -224,7 +263,8 @@ def make_gateway(
         stack.append(client)
         for r in replicas.values():
             client.portal.call(r.start)
-        made.append(Gateway(client, engine, key[0], key[1], prompts, app, clock, sync))
+        biller = Biller(aclient, cfg.billing, name=f"test-{uuid.uuid4().hex[:8]}")
+        made.append(Gateway(client, engine, key[0], key[1], prompts, app, clock, sync, biller))
         return made[-1]
 
     yield make

@@ -1,6 +1,7 @@
 """The admin API under /admin: create, list, revoke and re-plan API keys, opt them in or out
 of traffic sampling and delete what was kept of them; a tenant's keys and stored objects, and
-deleting all of those objects (a data deletion request); run the canary now.
+deleting all of those objects (a data deletion request); any tenant's usage, invoices and
+usage events (gateway.usage), the tenants billed and the billing backlog; run the canary now.
 Guarded by the admin key (its SHA-256 is in the gateway config; the key itself never is)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from zerolayer.gateway.http import read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
+from zerolayer.gateway.usage import add_billing_routes
 from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant, hash_key
 
 __all__ = ["admin_router"]
@@ -158,6 +160,23 @@ def admin_router(parts: GatewayParts) -> APIRouter:
             else await parts.conversations.purge_tenant(tenant)
         )
         return {"tenant": tenant, "deleted": deleted}
+
+    if parts.ledger is not None:
+        ledger = parts.ledger
+
+        async def tenant_of(request: Request) -> str:
+            tenant = request.path_params["tenant"]
+            await call(guard(request).tenant_keys, tenant)
+            return str(tenant)
+
+        add_billing_routes(router, "/tenants/{tenant}", tenant_of, ledger)
+
+        @router.get("/billing")
+        async def billing(request: Request) -> dict[str, Any]:
+            """The tenants with usage, and the usage stream's backlog (unread, pending)."""
+            guard(request)
+            stats = await parts.billing_stats() if parts.billing_stats is not None else None
+            return {"object": "billing", "tenants": await ledger.tenants(), "stream": stats}
 
     @router.post("/canary")
     async def run_canary(request: Request) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
@@ -41,6 +41,7 @@ from zerolayer.gateway.schemas import (
     CompletionRequest,
     CreateKeyRequest,
 )
+from zerolayer.gateway.usage import add_billing_routes
 from zerolayer.store.tiers import state_of
 
 __all__ = ["create_app"]
@@ -158,6 +159,14 @@ def create_app(parts: GatewayParts) -> FastAPI:
         app.include_router(
             conversations_router(parts.lookup_key, parts.conversations, max_bytes, timeout)
         )
+    if parts.ledger is not None:
+        billing = APIRouter()
+
+        async def caller(request: Request) -> str:
+            return (await authorise(request, parts.lookup_key)).owner
+
+        add_billing_routes(billing, "/v1", caller, parts.ledger)
+        app.include_router(billing)
     app.include_router(admin_router(parts))
     install_schema(app, BODY_MODELS)
     return app

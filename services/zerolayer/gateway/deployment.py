@@ -14,6 +14,8 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from zerolayer.billing.consumer import backlog
+from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import ConversationStore
 from zerolayer.gateway.api import create_app
@@ -146,6 +148,7 @@ class GatewayDeployment:
         config: dict[str, Any],
         tokenfix: DeploymentHandle | None,
         chunker: DeploymentHandle,
+        billing: DeploymentHandle | None = None,
     ):
         self.config = PlatformConfig.model_validate(config)
         self.redis = async_client(
@@ -163,7 +166,11 @@ class GatewayDeployment:
             lookup_key=self.keys.lookup,
             config=self.config,
             health=self._health,
-            limiter=Limiter(self.redis, self.config.gateway.concurrency_lease_s),
+            limiter=Limiter(
+                self.redis,
+                self.config.gateway.concurrency_lease_s,
+                dedupe_ttl_s=self.config.billing.dedupe_ttl_s,
+            ),
             metrics=Metrics(self.redis),
             keys=KeyStore(admin_redis),
             traffic=AsyncTrafficStore(self.redis, ts.retention_s, ts.max_per_key),
@@ -174,7 +181,10 @@ class GatewayDeployment:
                 self.redis, conv.response_ttl_s, conv.conversation_ttl_s
             ),
             canary=CanaryRunner(self.redis, self.config, self.backend.canary, self._ready),
+            ledger=Ledger(self.redis, self.config.billing.close_after_s),
+            billing_stats=lambda: backlog(self.redis),
         )
+        self.billing = billing  # the billing deployment (bound so that it is deployed)
 
     async def _ready(self) -> list[Target]:
         """The served tiers that are ready now."""

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import ConversationStore
 from zerolayer.gateway.http import KeyLookup
@@ -78,6 +79,8 @@ class GatewayParts:
     traffic: AsyncTrafficStore | None = None  # where opted-in keys' sampled prompts go
     traffic_admin: TrafficStore | None = None  # the admin API's view of them (delete, count)
     conversations: ConversationStore | None = None  # stored responses, conversations; None: off
+    ledger: Ledger | None = None  # usage and invoices (what billing counted); None: no routes
+    billing_stats: Any = None  # async () -> the billing consumers' backlog, for /admin/billing
 
 
 async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:

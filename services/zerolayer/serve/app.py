@@ -1,6 +1,6 @@
-"""The Ray Serve applications: the platform's own (the gateway ingress, tokenfix, the chunker)
-and one per tier replica group (a tier, and its short-request group where one is configured),
-named as its deployment. A tier's application is deployed when its artifact is ready, so tiers
+"""The Ray Serve applications: the platform's own (the gateway ingress, tokenfix, the chunker,
+billing) and one per tier replica group (a tier, and its short-request group where one is
+configured), named as its deployment. A tier's application is deployed when its artifact is ready, so tiers
 join the running platform one by one; the gateway finds them by name (gateway.deployment)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerolayer.artifacts import card_stamp
+from zerolayer.billing.deployment import billing_deployment
 from zerolayer.chunker.deployment import chunker_deployment
 from zerolayer.config import PlatformConfig
 from zerolayer.gateway.deployment import deployment_name, gateway_deployment
@@ -25,7 +26,8 @@ def build_app(cfg: PlatformConfig) -> Any:
     data = cfg.model_dump()
     tokenfix = None if cfg.tokenfix.in_gateway else tokenfix_deployment(cfg).bind(data)
     chunker = chunker_deployment(cfg).bind(data)
-    return gateway_deployment(cfg).bind(data, tokenfix, chunker)
+    billing = billing_deployment(cfg).bind(data)
+    return gateway_deployment(cfg).bind(data, tokenfix, chunker, billing)
 
 
 def _groups(cfg: PlatformConfig, model: str, tier: str) -> list[bool]:

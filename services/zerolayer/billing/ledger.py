@@ -1,0 +1,464 @@
+"""The ledger: usage aggregates per tenant, key, model, tier and day, the month's events, and the
+monthly invoices, in Redis; and the server-side script that counts a batch of usage events into
+them and acknowledges them in the same step (billing.consumer runs it).
+
+Counting is idempotent by event id (a marker per counted event, set by the same script), so an
+event delivered twice (written twice, or claimed from a consumer that died after counting it) is
+counted once. Every amount is an integer number of nano-dollars; dollars are exact decimals.
+
+A month closes `billing.close_after_s` after it ends (UTC): its invoice is computed once from its
+aggregates and kept as it is. An event billed to a closed month is counted on the day it arrives,
+in the next open month, on a line of its own marked with the month it belongs to (`late_from`).
+
+Redis keys (hash-tagged by tenant): zl:bill:{t}:day:<YYYY-MM-DD> (hash: "<cell>|<measure>" ->
+integer, a cell being key id|plan|model|tier|prices|late month), zl:bill:{t}:events:<YYYY-MM>
+(list of the month's events, for export), zl:bill:{t}:months (set of months with usage),
+zl:bill:{t}:applied:<event id> (counted), zl:bill:{t}:closed:<YYYY-MM> (when it closed),
+zl:bill:{t}:invoice:<YYYY-MM> (the closed invoice's JSON); zl:bill:tenants (set), and
+zl:bill:rejected (events that could not be read, kept for an operator).
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import redis.asyncio as aioredis
+from zerolayer.billing.events import STATUSES, rfc3339
+from zerolayer.config import nanos_usd, usd_text
+from zerolayer.errors import InvalidRequest, ObjectNotFound
+
+__all__ = [
+    "APPLY_LUA",
+    "GROUPS",
+    "Ledger",
+    "Totals",
+    "invoice_csv",
+    "month_bounds",
+    "parse_day",
+    "parse_month",
+]
+
+TENANTS = "zl:bill:tenants"
+REJECTED = "zl:bill:rejected"
+MEASURES = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nanos")
+GROUPS = ("day", "key", "model", "tier")
+MAX_DAYS = 400  # the longest range /v1/usage reads at once
+
+# ARGV: stream, group, dedupe ttl, today (YYYY-MM-DD), then (stream entry id, event json) pairs;
+# an empty json is an entry that is gone (trimmed): acknowledged only. Returns how many counted.
+APPLY_LUA = """
+local stream, group, ttl, today = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local measures = {'prompt_tokens', 'cached_prompt_tokens', 'completion_tokens', 'cost_nanos'}
+local counted = 0
+for i = 5, #ARGV, 2 do
+  local sid, text = ARGV[i], ARGV[i + 1]
+  if text ~= '' then
+    local ok, e = pcall(cjson.decode, text)
+    local d = ok and type(e) == 'table' and e.data
+    if type(d) ~= 'table' or type(d.tenant) ~= 'string' or type(d.day) ~= 'string'
+        or type(e.id) ~= 'string' then
+      redis.call('RPUSH', 'zl:bill:rejected', text)
+    else
+      local base = 'zl:bill:{' .. d.tenant .. '}:'
+      if redis.call('SET', base .. 'applied:' .. e.id, 1, 'NX', 'EX', ttl) then
+        local day, late = d.day, ''
+        local month = string.sub(day, 1, 7)
+        if redis.call('EXISTS', base .. 'closed:' .. month) == 1 then
+          late, day, month = month, today, string.sub(today, 1, 7)
+          local at = string.find(text, '"data":{', 1, true)
+          if at then
+            local mark = '"late_from":"' .. late .. '","billed_day":"' .. today .. '",'
+            text = string.sub(text, 1, at + 7) .. mark .. string.sub(text, at + 8)
+          end
+        end
+        local sig = ''
+        local p = d.prices
+        if type(p) == 'table' then
+          sig = p.prompt_per_1k .. '/' .. p.cached_prompt_per_1k .. '/' .. p.completion_per_1k
+        end
+        local cell = d.key_id .. '|' .. d.plan .. '|' .. d.model .. '|' .. d.tier .. '|' .. sig
+          .. '|' .. late .. '|'
+        local h = base .. 'day:' .. day
+        redis.call('HINCRBY', h, cell .. 'requests', 1)
+        redis.call('HINCRBY', h, cell .. d.status, 1)
+        for _, m in ipairs(measures) do
+          local v = tonumber(d[m]) or 0
+          if v ~= 0 then redis.call('HINCRBY', h, cell .. m, v) end
+        end
+        redis.call('RPUSH', base .. 'events:' .. month, text)
+        redis.call('SADD', base .. 'months', month)
+        redis.call('SADD', 'zl:bill:tenants', d.tenant)
+        counted = counted + 1
+      end
+    end
+  end
+  redis.call('XACK', stream, group, sid)
+end
+return counted
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def parse_day(value: str, param: str) -> date:
+    """A YYYY-MM-DD query parameter (400 naming it otherwise)."""
+    try:
+        return date.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"{param} must be a date, YYYY-MM-DD (got {value!r})", param=param
+        ) from exc
+
+
+def parse_month(value: str) -> str:
+    """A YYYY-MM path parameter (400 otherwise)."""
+    try:
+        datetime.strptime(value, "%Y-%m")
+    except ValueError as exc:
+        raise InvalidRequest(f"a month is YYYY-MM (got {value!r})", param="month") from exc
+    if len(value) != 7:
+        raise InvalidRequest(f"a month is YYYY-MM (got {value!r})", param="month")
+    return value
+
+
+def month_bounds(month: str) -> tuple[float, float]:
+    """Start and end (exclusive) of a UTC month, as times."""
+    y, m = int(month[:4]), int(month[5:])
+    start = datetime(y, m, 1, tzinfo=timezone.utc)
+    end = datetime(y + (m == 12), m % 12 + 1, 1, tzinfo=timezone.utc)
+    return start.timestamp(), end.timestamp()
+
+
+def _days(first: date, last: date) -> list[str]:
+    return [(first + timedelta(n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def _month_days(month: str) -> list[str]:
+    y, m = int(month[:4]), int(month[5:])
+    return _days(date(y, m, 1), date(y, m, calendar.monthrange(y, m)[1]))
+
+
+@dataclass
+class Totals:
+    """Requests by status and tokens and cost of a set of cells."""
+
+    requests: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_nanos: int = 0
+
+    def add(self, measure: str, value: int) -> None:
+        if measure == "requests":
+            self.requests += value
+        elif measure in MEASURES:
+            setattr(self, measure, getattr(self, measure) + value)
+        elif measure in STATUSES:
+            self.statuses[measure] = self.statuses.get(measure, 0) + value
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "statuses": dict(sorted(self.statuses.items())),
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "cost_usd": usd_text(self.cost_nanos),
+        }
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One aggregate cell of a day: whose, which tier, at which prices, late from which month."""
+
+    day: str
+    key_id: str
+    plan: str
+    model: str
+    tier: str
+    prices: str  # "prompt/cached/completion" USD per 1K, "" for a free call
+    late_from: str
+
+
+def _cells(day: str, raw: dict[Any, Any]) -> Iterable[tuple[Cell, str, int]]:
+    for name, value in raw.items():
+        parts = _text(name).split("|")
+        if len(parts) != 7:
+            continue
+        key_id, plan, model, tier, prices, late, measure = parts
+        yield Cell(day, key_id, plan, model, tier, prices, late), measure, int(value)
+
+
+def _prices(sig: str) -> dict[str, str] | None:
+    if not sig:
+        return None
+    prompt, cached, completion = sig.split("/")
+    return {
+        "prompt_per_1k": prompt,
+        "cached_prompt_per_1k": cached,
+        "completion_per_1k": completion,
+    }
+
+
+def _cents(nanos: int) -> str:
+    return str(nanos_usd(nanos).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def invoice_csv(invoice: dict[str, Any]) -> str:
+    """An invoice's line items as CSV (one row per line, then a total row)."""
+    out = io.StringIO()
+    names = [
+        "month",
+        "model",
+        "tier",
+        "plan",
+        "late_from",
+        "prompt_per_1k",
+        "cached_prompt_per_1k",
+        "completion_per_1k",
+        "requests",
+        "prompt_tokens",
+        "cached_prompt_tokens",
+        "completion_tokens",
+        "amount_usd",
+    ]
+    w = csv.DictWriter(out, names, lineterminator="\n")
+    w.writeheader()
+    for line in invoice["lines"]:
+        prices = line["prices"] or {}
+        w.writerow(
+            {
+                "month": invoice["month"],
+                **{k: line[k] for k in ("model", "tier", "plan", "requests")},
+                "late_from": line.get("late_from") or "",
+                **{k: prices.get(k, "0") for k in names[5:8]},
+                **{k: line[k] for k in names[9:12]},
+                "amount_usd": line["amount_usd"],
+            }
+        )
+    w.writerow({"month": invoice["month"], "model": "total", "amount_usd": invoice["total_usd"]})
+    return out.getvalue()
+
+
+EVENT_COLUMNS = (
+    "id",
+    "time",
+    "tenant",
+    "key_id",
+    "plan",
+    "model",
+    "tier",
+    "endpoint",
+    "status",
+    "day",
+    "started_at",
+    "ended_at",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "model_calls",
+    "cost_usd",
+    "late_from",
+    "billed_day",
+)
+
+
+def event_row(text: str) -> dict[str, Any]:
+    """One exported event as a flat CSV row."""
+    e = json.loads(text)
+    d = e.get("data") or {}
+    return {
+        "id": e.get("id"),
+        "time": e.get("time"),
+        **{k: d.get(k, "") for k in EVENT_COLUMNS[2:]},
+    }
+
+
+class Ledger:
+    """Reads (and closes) what the billing consumer counted: usage, invoices, events."""
+
+    def __init__(self, client: aioredis.Redis, close_after_s: int = 3600):
+        self.client = client
+        self.close_after_s = close_after_s
+
+    @staticmethod
+    def _base(tenant: str) -> str:
+        return f"zl:bill:{{{tenant}}}:"
+
+    async def _read(self, tenant: str, days: list[str]) -> list[tuple[Cell, str, int]]:
+        base = self._base(tenant)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for d in days:
+                pipe.hgetall(f"{base}day:{d}")
+            got = await pipe.execute()
+        return [c for d, raw in zip(days, got, strict=True) for c in _cells(d, raw)]
+
+    async def usage(
+        self,
+        tenant: str,
+        first: date,
+        last: date,
+        group_by: list[str],
+        key_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Usage of a tenant between two days (both included), grouped."""
+        if last < first:
+            raise InvalidRequest("end is before start", param="end")
+        if (last - first).days >= MAX_DAYS:
+            raise InvalidRequest(f"at most {MAX_DAYS} days at once", param="start")
+        wrong = [g for g in group_by if g not in GROUPS]
+        if wrong:
+            raise InvalidRequest(
+                f"group_by takes {', '.join(GROUPS)} (got {', '.join(wrong)})", param="group_by"
+            )
+        rows: dict[tuple[str, ...], Totals] = {}
+        total = Totals()
+        for cell, measure, value in await self._read(tenant, _days(first, last)):
+            if key_id is not None and cell.key_id != key_id:
+                continue
+            fields = {"day": cell.day, "key": cell.key_id, "model": cell.model, "tier": cell.tier}
+            group = tuple(fields[g] for g in group_by)
+            rows.setdefault(group, Totals()).add(measure, value)
+            total.add(measure, value)
+        data = [
+            {**dict(zip(group_by, group, strict=True)), **t.body()}
+            for group, t in sorted(rows.items())
+        ]
+        return {
+            "object": "usage",
+            "tenant": tenant,
+            "start": first.isoformat(),
+            "end": last.isoformat(),
+            "group_by": group_by,
+            "data": data,
+            "totals": total.body(),
+        }
+
+    async def months(self, tenant: str) -> list[str]:
+        return sorted(_text(m) for m in await self.client.smembers(self._base(tenant) + "months"))
+
+    async def tenants(self) -> list[str]:
+        return sorted(_text(t) for t in await self.client.smembers(TENANTS))
+
+    def closes_at(self, month: str) -> float:
+        return month_bounds(month)[1] + self.close_after_s
+
+    async def invoice(self, tenant: str, month: str, now: float | None = None) -> dict[str, Any]:
+        """A month's invoice: closed (kept as it was when it closed) or open (so far)."""
+        base = self._base(tenant)
+        kept = await self.client.get(base + "invoice:" + month)
+        if kept is not None:
+            return dict(json.loads(kept))
+        closed = await self.client.get(base + "closed:" + month)
+        current = datetime.fromtimestamp(time.time() if now is None else now, tz=timezone.utc)
+        if (
+            closed is None
+            and month != current.strftime("%Y-%m")  # this month's is there from its start
+            and month not in await self.months(tenant)
+        ):
+            raise ObjectNotFound(f"no invoice for {month}", param="month")
+        inv = await self._compute(tenant, month, closed)
+        if closed is not None:  # closed, but not kept yet (the closer stopped in between)
+            await self.client.set(base + "invoice:" + month, json.dumps(inv), nx=True)
+        return inv
+
+    async def _compute(self, tenant: str, month: str, closed: Any) -> dict[str, Any]:
+        lines: dict[tuple[str, ...], Totals] = {}
+        for cell, measure, value in await self._read(tenant, _month_days(month)):
+            key = (cell.model, cell.tier, cell.plan, cell.prices, cell.late_from)
+            lines.setdefault(key, Totals()).add(measure, value)
+        items = []
+        subtotal = 0
+        for (model, tier, plan, prices, late), t in sorted(lines.items()):
+            subtotal += t.cost_nanos
+            items.append(
+                {
+                    "model": model,
+                    "tier": tier,
+                    "plan": plan,
+                    "prices": _prices(prices),
+                    "late_from": late or None,
+                    "requests": t.requests,
+                    "statuses": dict(sorted(t.statuses.items())),
+                    "prompt_tokens": t.prompt_tokens,
+                    "cached_prompt_tokens": t.cached_prompt_tokens,
+                    "completion_tokens": t.completion_tokens,
+                    "amount_usd": usd_text(t.cost_nanos),
+                }
+            )
+        start, end = month_bounds(month)
+        return {
+            "object": "invoice",
+            "id": f"inv_{tenant}_{month}",
+            "tenant": tenant,
+            "month": month,
+            "period": {"start": rfc3339(start), "end": rfc3339(end)},
+            "status": "closed" if closed is not None else "open",
+            "closed_at": rfc3339(float(closed)) if closed is not None else None,
+            "closes_at": rfc3339(self.closes_at(month)),
+            "currency": "usd",
+            "lines": items,
+            "subtotal_usd": usd_text(subtotal),
+            "total_usd": _cents(subtotal),  # what is due: the exact subtotal to the cent
+            "subtotal_nanos": subtotal,
+        }
+
+    async def invoices(self, tenant: str) -> list[dict[str, Any]]:
+        """Every month with usage, its status and total (newest first)."""
+        out = []
+        for month in reversed(await self.months(tenant)):
+            inv = await self.invoice(tenant, month)
+            out.append(
+                {
+                    "object": "invoice",
+                    "id": inv["id"],
+                    "month": month,
+                    "status": inv["status"],
+                    "total_usd": inv["total_usd"],
+                }
+            )
+        return out
+
+    async def close_due(self, now: float | None = None) -> list[tuple[str, str]]:
+        """Close every month whose time has come; the (tenant, month) pairs closed now."""
+        now = time.time() if now is None else now
+        done = []
+        for tenant in await self.tenants():
+            for month in await self.months(tenant):
+                if now >= self.closes_at(month) and await self.close(tenant, month, now):
+                    done.append((tenant, month))
+        return done
+
+    async def close(self, tenant: str, month: str, now: float | None = None) -> bool:
+        """Close a month: from now on its events go to the next one. True if it closed now."""
+        base = self._base(tenant)
+        now = time.time() if now is None else now
+        if not await self.client.set(base + "closed:" + month, repr(now), nx=True):
+            return False
+        await self.invoice(tenant, month)  # computed and kept once
+        return True
+
+    async def events(self, tenant: str, month: str, page: int = 1000) -> AsyncIterator[str]:
+        """The month's events as they were counted (JSON text), oldest first."""
+        name = self._base(tenant) + "events:" + month
+        at = 0
+        while True:
+            got = await self.client.lrange(name, at, at + page - 1)
+            for text in got:
+                yield _text(text)
+            if len(got) < page:
+                return
+            at += page

@@ -1,0 +1,123 @@
+"""Usage and invoices over HTTP, read from the billing ledger: under /v1 for the caller's tenant,
+and under /admin/tenants/{tenant} for any tenant (the admin key).
+
+  GET .../usage?start=YYYY-MM-DD&end=YYYY-MM-DD&group_by=day,tier&key_id=
+      (defaults: the current month so far, by day; group_by takes day, key, model, tier)
+  GET .../invoices                          every month with usage: status and total
+  GET .../invoices/{YYYY-MM}[?format=csv]   line items per model, tier and prices, totals
+  GET .../invoices/{YYYY-MM}/events?format=jsonl|csv   the month's usage events, for export
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import date, datetime, timezone
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+
+from zerolayer.billing.ledger import (
+    EVENT_COLUMNS,
+    Ledger,
+    event_row,
+    invoice_csv,
+    parse_day,
+    parse_month,
+)
+from zerolayer.errors import InvalidRequest
+
+__all__ = ["Who", "add_billing_routes"]
+
+# who(request) -> the tenant whose usage a request may read (raises when it may read none)
+Who = Callable[[Request], Awaitable[str]]
+
+
+def _format(request: Request, allowed: tuple[str, ...]) -> str:
+    fmt = request.query_params.get("format", allowed[0])
+    if fmt not in allowed:
+        raise InvalidRequest(f"format takes {', '.join(allowed)} (got {fmt!r})", param="format")
+    return fmt
+
+
+def _range(request: Request, now: float) -> tuple[date, date]:
+    q = request.query_params
+    today = datetime.fromtimestamp(now, tz=timezone.utc).date()
+    first = parse_day(q["start"], "start") if "start" in q else today.replace(day=1)
+    last = parse_day(q["end"], "end") if "end" in q else today
+    return first, last
+
+
+async def _csv_events(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    out = io.StringIO()
+    w = csv.DictWriter(out, EVENT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    async for text in lines:
+        w.writerow(event_row(text))
+        yield out.getvalue().encode()
+        out.seek(0)
+        out.truncate()
+    yield out.getvalue().encode()
+
+
+async def _jsonl(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async for text in lines:
+        yield text.encode() + b"\n"
+
+
+def add_billing_routes(
+    router: APIRouter,
+    base: str,
+    who: Who,
+    ledger: Ledger,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """The usage and invoice routes under `base` ("/v1", "/admin/tenants/{tenant}")."""
+
+    @router.get(base + "/usage")
+    async def usage(request: Request) -> dict[str, Any]:
+        tenant = await who(request)
+        first, last = _range(request, clock())
+        groups = [g for g in request.query_params.get("group_by", "day").split(",") if g]
+        key_id = request.query_params.get("key_id") or None
+        return await ledger.usage(tenant, first, last, groups, key_id)
+
+    @router.get(base + "/invoices")
+    async def invoices(request: Request) -> dict[str, Any]:
+        tenant = await who(request)
+        return {"object": "list", "data": await ledger.invoices(tenant)}
+
+    @router.get(base + "/invoices/{month}")
+    async def invoice(request: Request, month: str) -> Response:
+        tenant = await who(request)
+        fmt = _format(request, ("json", "csv"))
+        inv = await ledger.invoice(tenant, parse_month(month), clock())
+        if fmt == "csv":
+            return PlainTextResponse(
+                invoice_csv(inv),
+                media_type="text/csv",
+                headers={"content-disposition": f'attachment; filename="invoice-{month}.csv"'},
+            )
+        return Response(json.dumps(inv), media_type="application/json")
+
+    @router.get(base + "/invoices/{month}/events")
+    async def events(request: Request, month: str) -> Response:
+        tenant = await who(request)
+        fmt = _format(request, ("jsonl", "csv"))
+        await ledger.invoice(tenant, parse_month(month), clock())  # 404 for a month without one
+        lines = ledger.events(tenant, month)
+        if fmt == "csv":
+            return StreamingResponse(
+                _csv_events(lines),
+                media_type="text/csv",
+                headers={"content-disposition": f'attachment; filename="usage-{month}.csv"'},
+            )
+        return StreamingResponse(
+            _jsonl(lines),
+            media_type="application/x-ndjson",
+            headers={"content-disposition": f'attachment; filename="usage-{month}.jsonl"'},
+        )
