@@ -275,3 +275,59 @@ async def _live_counts(redis_url: str, smap: Path) -> None:
     rec = LiveRecorder(client, "smollm2-135m:dynamic", Engine(), {}, MonitoringConfig())  # type: ignore[arg-type]
     await rec.flush()
     await client.aclose()
+
+
+def test_usage_and_invoice_commands_read_what_billing_counted(tmp_path: Path) -> None:
+    import asyncio
+    import csv
+    import io
+    import json
+
+    import redis.asyncio as aioredis
+    from zerolayer.billing.events import EventWriter
+
+    from tests.billing.conftest import NOV_30, biller, drain, event
+
+    env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
+    with EmbeddedRedis(tmp_path / "redis") as server:
+        client = server.client()
+        secret, rec = KeyStore(client).create("pro")
+        client.close()
+        tenant = rec.owner
+
+        async def bill() -> None:
+            c = aioredis.from_url(server.secret_url())
+            await EventWriter(c, 3600).write(
+                event(tenant, NOV_30, key_id=rec.key_id, prompt=1000, completion=1000),
+                event(tenant, NOV_30, key_id=rec.key_id, tier="masked", prompt=10, completion=0),
+            )
+            await drain(biller(c))
+            await c.aclose()
+
+        asyncio.run(bill())
+        args = ["--start", "2025-11-01", "--end", "2025-11-30", "--group-by", "tier"]
+        table = zerolayer("usage", "--key", rec.key_id, *args, env=env)
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0].split()[:2] == ["tier", "requests"]
+        assert lines[1].split()[0] == "baseline" and lines[-1].split()[0] == "total"
+        report = json.loads(zerolayer("usage", "--tenant", tenant, *args, "--json", env=env).stdout)
+        assert report["totals"]["requests"] == 2 and report["totals"]["cost_usd"] == "0.401"
+        text = zerolayer("invoice", "2025-11", "--tenant", tenant, env=env)
+        assert text.returncode == 0 and "total due $0.40" in text.stdout, text.stderr
+        rows = list(
+            csv.DictReader(
+                io.StringIO(
+                    zerolayer(
+                        "invoice", "2025-11", "--tenant", tenant, "--format", "csv", env=env
+                    ).stdout
+                )
+            )
+        )
+        assert [r["tier"] for r in rows] == ["baseline", "masked", ""]
+        events = zerolayer("invoice", "2025-11", "--tenant", tenant, "--events", "jsonl", env=env)
+        assert len(events.stdout.splitlines()) == 2
+        wrong = zerolayer("invoice", "2025-13", "--tenant", tenant, env=env)
+        assert wrong.returncode == 2 and "YYYY-MM" in wrong.stderr
+        nobody = zerolayer("usage", env=env)
+        assert nobody.returncode == 2 and "--tenant" in nobody.stderr

@@ -1,4 +1,4 @@
-"""The `zerolayer` command: up, status, models import, keys, collapse."""
+"""The `zerolayer` command: up, status, models import, keys, usage, invoice, collapse."""
 
 from __future__ import annotations
 
@@ -181,6 +181,123 @@ def _cmd_keys_set_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _billing(cfg: PlatformConfig, args: argparse.Namespace, work: Any) -> Any:
+    """Run work(ledger, tenant) on the platform's Redis (its embedded one started for the
+    command if no platform runs); the tenant of --tenant, or of --key's key."""
+    import asyncio
+
+    from zerolayer.billing.ledger import Ledger
+    from zerolayer.store.connect import async_client, sync_client
+    from zerolayer.store.embedded import platform_redis_config
+    from zerolayer.store.keys import KeyStore, UnknownKey
+
+    with platform_redis_config(cfg) as rc:
+        tenant = args.tenant
+        if args.key is not None:
+            sync = sync_client(rc)
+            try:
+                tenant = KeyStore(sync).get(args.key).owner
+            except UnknownKey as exc:
+                raise ZerolayerError(str(exc)) from exc
+            finally:
+                sync.close()
+        if tenant is None:
+            raise ZerolayerError("say whose: --tenant TENANT or --key KEY_ID")
+
+        async def main() -> Any:
+            client = async_client(rc)
+            try:
+                return await work(Ledger(client, cfg.billing.close_after_s), tenant)
+            finally:
+                await client.aclose()
+
+        return asyncio.run(main())
+
+
+def _usage_table(report: dict[str, Any]) -> str:
+    groups = report["group_by"]
+    head = [*groups, "requests", "prompt", "cached", "completion", "cost (USD)"]
+    rows = [
+        [
+            *(str(r[g]) for g in groups),
+            str(r["requests"]),
+            str(r["prompt_tokens"]),
+            str(r["cached_prompt_tokens"]),
+            str(r["completion_tokens"]),
+            r["cost_usd"],
+        ]
+        for r in [*report["data"], {**report["totals"], **dict.fromkeys(groups, "total")}]
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def _cmd_usage(args: argparse.Namespace) -> int:
+    import json
+    from datetime import date
+
+    from zerolayer.billing.ledger import parse_day
+
+    cfg = _config(args)
+    today = date.today()
+    first = parse_day(args.start, "start") if args.start else today.replace(day=1)
+    last = parse_day(args.end, "end") if args.end else today
+    groups = [g for g in args.group_by.split(",") if g]
+
+    async def work(ledger: Any, tenant: str) -> Any:
+        return await ledger.usage(tenant, first, last, groups)
+
+    report = _billing(cfg, args, work)
+    print(json.dumps(report, indent=1) if args.json else _usage_table(report))
+    return 0
+
+
+def _cmd_invoice(args: argparse.Namespace) -> int:
+    import json
+    import time as _time
+
+    from zerolayer.billing.ledger import event_row, invoice_csv, parse_month
+
+    cfg = _config(args)
+    month = parse_month(args.month or _time.strftime("%Y-%m", _time.gmtime()))
+
+    async def work(ledger: Any, tenant: str) -> Any:
+        inv = await ledger.invoice(tenant, month)
+        events = [e async for e in ledger.events(tenant, month)] if args.events else []
+        return inv, events
+
+    inv, events = _billing(cfg, args, work)
+    if args.events == "jsonl":
+        for text in events:
+            print(text)
+    elif args.events == "csv":
+        import csv
+
+        from zerolayer.billing.ledger import EVENT_COLUMNS
+
+        w = csv.DictWriter(sys.stdout, EVENT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        for text in events:
+            w.writerow(event_row(text))
+    elif args.format == "json":
+        print(json.dumps(inv, indent=1))
+    elif args.format == "csv":
+        sys.stdout.write(invoice_csv(inv))
+    else:
+        print(f"invoice {inv['id']}  {inv['month']}  {inv['status']}")
+        for line in inv["lines"]:
+            late = f"  (late, from {line['late_from']})" if line["late_from"] else ""
+            print(
+                f"  {line['model']}:{line['tier']:10s} {line['plan']:10s} "
+                f"{line['requests']:8d} requests  {line['prompt_tokens']:10d} prompt  "
+                f"{line['completion_tokens']:10d} completion  ${line['amount_usd']}{late}"
+            )
+        print(f"  subtotal ${inv['subtotal_usd']}   total due ${inv['total_usd']}")
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     import json
 
@@ -259,6 +376,30 @@ def _parser() -> argparse.ArgumentParser:
     set_plan.add_argument("key_id", help="the key id (`keys list`)")
     set_plan.add_argument("--plan", required=True, help="plan name from platform/plans.yaml")
     set_plan.set_defaults(func=_cmd_keys_set_plan)
+
+    def whose(cmd: argparse.ArgumentParser) -> None:
+        who = cmd.add_mutually_exclusive_group()
+        who.add_argument("--tenant", default=None, help="the tenant (`keys list` shows them)")
+        who.add_argument("--key", default=None, help="the tenant of this key id")
+
+    usage = sub.add_parser("usage", help="a tenant's metered usage and cost (from billing)")
+    whose(usage)
+    usage.add_argument("--start", default=None, help="first day, YYYY-MM-DD (default: 1st)")
+    usage.add_argument("--end", default=None, help="last day, YYYY-MM-DD (default: today)")
+    usage.add_argument(
+        "--group-by", default="day", help="comma-separated: day, key, model, tier (default day)"
+    )
+    usage.add_argument("--json", action="store_true", help="the report as JSON")
+    usage.set_defaults(func=_cmd_usage)
+    invoice = sub.add_parser("invoice", help="a tenant's invoice of a month, or its events")
+    invoice.add_argument("month", nargs="?", default=None, help="YYYY-MM (default: this month)")
+    whose(invoice)
+    invoice.add_argument("--format", choices=["text", "json", "csv"], default="text")
+    invoice.add_argument(
+        "--events", choices=["jsonl", "csv"], default=None, help="export the month's events"
+    )
+    invoice.set_defaults(func=_cmd_invoice)
+
     from zerolayer.collapse.commands import add_parser as add_collapse
 
     add_collapse(sub, lambda fn: lambda args: fn(args, _config(args)))

@@ -17,6 +17,7 @@ import pytest
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.protocol import Delta, ReplicaEvent, SamplingSpec, Start, Target
 from zerolayer.store.embedded import EmbeddedRedis
+from zerolayer.store.keys import KeyStore
 
 from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
 from tests.gateway.test_api import CHAT, assert_openai_error, sse_events
@@ -91,7 +92,11 @@ def test_redis_stopped_mid_request_then_down_then_back(
 
 
 def _scope(
-    gw: Any, body: bytes, path: str = "/v1/chat/completions", kind: bytes = b"application/json"
+    gw: Any,
+    body: bytes,
+    path: str = "/v1/chat/completions",
+    kind: bytes = b"application/json",
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> dict[str, Any]:
     route, _, query = path.partition("?")
     return {
@@ -108,6 +113,7 @@ def _scope(
             (b"authorization", f"Bearer {gw.key}".encode()),
             (b"content-type", kind),
             (b"content-length", str(len(body)).encode()),
+            *(headers or []),
         ],
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 8000),
@@ -246,6 +252,8 @@ def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, f
     stop = threading.Event()
     lock = threading.Lock()
 
+    answered_ids: list[str] = []
+
     def load() -> None:
         while not stop.is_set():
             r = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)
@@ -253,6 +261,7 @@ def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, f
                 statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
                 if r.status_code == 200:
                     answered.append(r.json()["usage"])
+                    answered_ids.append(r.headers["x-request-id"])
 
     def keys() -> None:
         while not stop.is_set():
@@ -265,23 +274,34 @@ def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, f
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(load) for _ in range(3)] + [pool.submit(keys)]
             kill_under_load(server, restarted, stop, futures, 1.5, 1.5)
-        gw.settled()  # the settlements were retried until Redis answered
+        gw.billed()  # the settlements were retried until Redis answered, then counted
         client = restarted.client()
         lost = [k for k in made if not client.exists(f"zl:keyid:{k}")]
         p = f"zl:rl:{{{gw.key_id}}}"
         leases = client.zcard(f"{p}:conc")
         spend = sum(int(client.get(k) or 0) for k in client.scan_iter(f"{p}:cost:*"))
+        tenant = KeyStore(client).get(gw.key_id).owner
+        events = [
+            json.loads(e)["id"]
+            for name in client.scan_iter(f"zl:bill:{{{tenant}}}:events:*")
+            for e in client.lrange(name, 0, -1)
+        ]
         client.close()
         expected = sum(price.nanos(u["prompt_tokens"], u["completion_tokens"]) for u in answered)
+        missing = set(answered_ids) - set(events)
         print(
             f"appendfsync {fsync}: statuses {statuses}; keys acknowledged {len(made)}, lost "
-            f"{len(lost)}; spend {spend} of {expected} nano-USD acknowledged; leases left {leases}"
+            f"{len(lost)}; spend {spend} of {expected} nano-USD acknowledged; leases left "
+            f"{leases}; usage events of answered requests {len(answered_ids)}, lost "
+            f"{len(missing)}, counted twice {len(events) - len(set(events))}"
         )
         assert set(statuses) <= {200, 503} and statuses.get(200, 0) > 0, statuses
         assert statuses.get(503, 0) > 0  # Redis really was down for some requests
+        assert len(events) == len(set(events))  # whatever survived is counted once
         if fsync == "always":
             assert made and not lost
             assert leases == 0 and spend == expected
+            assert not missing  # every answered request's usage event is there
     finally:
         restarted.stop()
         server.stop()

@@ -22,6 +22,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
+
 from zerolayer.billing.events import STREAM, day_of
 from zerolayer.billing.ledger import APPLY_LUA, Ledger
 from zerolayer.config import BillingConfig
@@ -48,7 +49,7 @@ async def backlog(client: aioredis.Redis) -> dict[str, int]:
     for g in groups:
         if _text(g.get("name", b"")) == GROUP:
             return {"unread": int(g.get("lag") or 0), "pending": int(g.get("pending") or 0)}
-    return {"unread": 0, "pending": 0}
+    return {"unread": int(await client.xlen(STREAM)), "pending": 0}  # no consumer started yet
 
 
 def _text(value: bytes | str) -> str:

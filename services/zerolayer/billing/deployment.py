@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from ray import serve
+
 from zerolayer.billing.consumer import Biller, consumer_name
 from zerolayer.config import PlatformConfig
 from zerolayer.store.connect import async_client

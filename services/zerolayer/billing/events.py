@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import redis.asyncio as aioredis
+
 from zerolayer.config import TierPrice, usd_text
 
 __all__ = [

@@ -32,6 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import redis.asyncio as aioredis
+
 from zerolayer.billing.events import STATUSES, rfc3339
 from zerolayer.config import nanos_usd, usd_text
 from zerolayer.errors import InvalidRequest, ObjectNotFound

@@ -24,6 +24,7 @@ from zerolayer.gateway.chunks import chunks_router
 from zerolayer.gateway.conversations import conversations_router
 from zerolayer.gateway.flow import Flow
 from zerolayer.gateway.http import authorise, error_response, read_json, validation_message
+from zerolayer.gateway.idempotency import Idempotency
 from zerolayer.gateway.live import render_live
 from zerolayer.gateway.openapi import body_schema, install_schema
 from zerolayer.gateway.parts import GatewayParts
@@ -169,4 +170,13 @@ def create_app(parts: GatewayParts) -> FastAPI:
         app.include_router(billing)
     app.include_router(admin_router(parts))
     install_schema(app, BODY_MODELS)
+    idem = cfg.idempotency
+    app.add_middleware(
+        Idempotency,
+        client=parts.limiter.client,
+        ttl_s=idem.ttl_s,
+        max_bytes=idem.max_body_bytes,
+        max_body_bytes=max_bytes,
+        lease_s=cfg.gateway.concurrency_lease_s,
+    )
     return app

@@ -1,7 +1,8 @@
 """The Ray Serve applications: the platform's own (the gateway ingress, tokenfix, the chunker,
 billing) and one per tier replica group (a tier, and its short-request group where one is
-configured), named as its deployment. A tier's application is deployed when its artifact is ready, so tiers
-join the running platform one by one; the gateway finds them by name (gateway.deployment)."""
+configured), named as its deployment. A tier's application is deployed when its artifact is
+ready, so tiers join the running platform one by one; the gateway finds them by name
+(gateway.deployment)."""
 
 from __future__ import annotations
 

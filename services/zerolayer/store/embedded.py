@@ -39,7 +39,14 @@ from zerolayer.errors import ConfigError
 if TYPE_CHECKING:
     from zerolayer.config import PlatformConfig
 
-__all__ = ["EmbeddedRedis", "platform_redis", "redis_server_binary", "private_dir", "write_private"]
+__all__ = [
+    "EmbeddedRedis",
+    "platform_redis",
+    "platform_redis_config",
+    "redis_server_binary",
+    "private_dir",
+    "write_private",
+]
 
 USER = "zerolayer"
 _SOCKET = "redis.sock"
@@ -275,16 +282,27 @@ def platform_redis(cfg: PlatformConfig) -> Iterator[redis.Redis]:
     one, or the embedded one, started for the command when no platform runs."""
     from zerolayer.store.connect import sync_client
 
+    with platform_redis_config(cfg) as rc:
+        client = sync_client(rc)
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+@contextmanager
+def platform_redis_config(cfg: PlatformConfig) -> Iterator[RedisConfig]:
+    """The platform's Redis as a RedisConfig with its URL, for a command that makes its own
+    clients (async ones): the configured one, or the embedded one, started for the command when
+    no platform runs."""
     embedded = None
     rc = cfg.redis
     if rc.url is None:
         embedded = EmbeddedRedis(cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
         embedded.start()
         rc = embedded.config()
-    client = sync_client(rc)
     try:
-        yield client
+        yield rc
     finally:
-        client.close()
         if embedded is not None:
             embedded.stop()
