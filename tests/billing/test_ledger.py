@@ -47,15 +47,23 @@ def test_the_same_event_written_ten_times_at_once_and_after_a_restart_counts_onc
         assert sorted(added) == [0] * 9 + [1]
         b = biller(client)
         await drain(b)
-        # written again (its marker deleted: as if it expired), and counted by a restarted consumer
-        await client.delete(f"zl:usage:seen:{ev.id}")
-        assert await writer.write(ev) == 1
+        # a new consumer (a billing restart), and the event written again ten times at once
+        again = await asyncio.gather(*(w.write(ev) for w in writers))
+        assert again == [0] * 10  # its marker refuses every copy
         await drain(biller(client))
         usage = await Ledger(client).usage(t, date(2025, 11, 30), date(2025, 11, 30), ["day"])
         assert usage["totals"]["requests"] == 1
         assert usage["totals"]["cost_usd"] == "0.025"  # 100 x 0.10 + 50 x 0.30 per 1K
         events = [e async for e in Ledger(client).events(t, "2025-11")]
         assert len(events) == 1 and json.loads(events[0])["id"] == ev.id
+        # one pending entry claimed by two consumers in turn (the first slow past the claim
+        # time): the claim path counts it once
+        other = event(t, completion=7)
+        entry = [(b"0-1", {b"e": other.json().encode(), b"a": other.line().encode()})]
+        slow, fast = biller(client), biller(client)
+        assert await fast.count(entry) == 1 and await slow.count(entry) == 0
+        usage = await Ledger(client).usage(t, date(2025, 11, 30), date(2025, 11, 30), ["day"])
+        assert usage["totals"]["requests"] == 2 and usage["totals"]["completion_tokens"] == 57
         for w in writers:
             await w.client.aclose()
 

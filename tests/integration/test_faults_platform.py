@@ -119,10 +119,23 @@ def test_a_replica_killed_mid_stream_ends_with_an_error_frame_then_done(up: Up) 
             for p in victims:
                 p.kill()  # kill -9
 
+    before = {p.pid for p in replicas("smollm2-135m--baseline")}
     _frames(up, key, "Count from one to two hundred in words.", 400, frames, kill_at_five)
     assert frames[-1] == "[DONE]", frames[-3:]
     err = json.loads(frames[-2])["error"]
     assert err["code"] == "engine_error", err
+    # the tokens it was sent are billed, as an engine_error (the billing deployment counts it)
+    sent = sum(1 for f in frames[:-2] if json.loads(f)["choices"][0]["delta"].get("content"))
+
+    def billed() -> dict[str, Any] | None:
+        r = httpx.get(up.base + "/v1/usage", headers={"Authorization": f"Bearer {key}"})
+        totals = r.json()["totals"]
+        return totals if totals["requests"] else None
+
+    totals = wait(billed, 60, "the usage event to be counted")
+    assert totals["statuses"] == {"engine_error": 1}, totals
+    assert sent <= totals["completion_tokens"] <= sent + 3, (sent, totals)
+    assert totals["prompt_tokens"] > 0 and totals["cost_usd"] != "0.00"
     # Ray restarts the replica; meanwhile requests get a bounded 503, then answers again
     seen: set[int] = set()
 
@@ -134,6 +147,8 @@ def test_a_replica_killed_mid_stream_ends_with_an_error_frame_then_done(up: Up) 
 
     wait(answered, 240, "the restarted replica")
     print(f"statuses while the tier restarted: {sorted(seen)}")
+    after = {p.pid for p in replicas("smollm2-135m--baseline")}
+    assert after and not after & before  # a fresh replica answered
 
 
 def test_a_gateway_killed_with_requests_in_flight_is_swept(up: Up) -> None:

@@ -4,6 +4,7 @@ deployments)."""
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import time
@@ -210,3 +211,50 @@ def test_the_edge_keeps_one_request_id_and_no_client_timeout(platform: Platform)
     assert r.headers.get_list("x-request-id") == [r.json()["id"]]
     health = httpx.get(root(platform) + "/healthz", headers={"x-request-id": "abc"}, timeout=30)
     assert health.headers.get_list("x-request-id") == ["abc"]
+
+
+def test_usage_and_invoices_are_metered_by_the_billing_deployment(platform: Platform) -> None:
+    made = new_key(platform, "pro")
+    auth = {"Authorization": f"Bearer {made['key']}"}
+    body = {"model": "smollm2-135m", "messages": FRANCE, "max_tokens": 8, "temperature": 0}
+    whole = httpx.post(platform.base_url + "/chat/completions", json=body, headers=auth, timeout=60)
+    streamed = httpx.post(
+        platform.base_url + "/chat/completions",
+        json={**body, "stream": True, "stream_options": {"include_usage": True}},
+        headers=auth,
+        timeout=60,
+    )
+    assert whole.status_code == streamed.status_code == 200
+    ended = time.monotonic()
+    usage = {}
+    while time.monotonic() - ended < 30:
+        usage = httpx.get(platform.base_url + "/usage", headers=auth, timeout=30).json()
+        if usage["totals"]["requests"] == 2:
+            break
+        time.sleep(0.05)
+    delay = time.monotonic() - ended
+    print(f"both requests in /v1/usage {delay:.2f} s after the second ended")
+    totals = usage["totals"]
+    assert totals["requests"] == 2 and totals["statuses"] == {"ok": 2}, usage
+    frames = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: {")]
+    streamed_usage = json.loads(frames[-1])["usage"]
+    # the same prompt streamed and not: the same tokens, so the same cost
+    assert streamed_usage == whole.json()["usage"]
+    assert totals["completion_tokens"] == 2 * whole.json()["usage"]["completion_tokens"]
+    month = time.strftime("%Y-%m", time.gmtime())
+    inv = httpx.get(platform.base_url + f"/invoices/{month}", headers=auth, timeout=30).json()
+    assert inv["status"] == "open" and inv["lines"][0]["tier"] == "baseline"
+    client = sync_client(platform.cfg.redis)
+    spent = int(client.get(f"zl:rl:{{{made['key_id']}}}:cost:{month}") or 0)
+    client.close()
+    assert inv["subtotal_nanos"] == spent > 0  # the budget and the invoice agree exactly
+    stats = httpx.get(root(platform) + "/admin/billing", headers=ADMIN, timeout=30).json()
+    assert made["tenant"] in stats["tenants"] and stats["stream"]["pending"] == 0
+    # a retried POST with the same Idempotency-Key is not run (nor billed) again
+    idem = {**auth, "Idempotency-Key": "integration-1"}
+    first = httpx.post(platform.base_url + "/chat/completions", json=body, headers=idem, timeout=60)
+    again = httpx.post(platform.base_url + "/chat/completions", json=body, headers=idem, timeout=60)
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    time.sleep(1.0)
+    later = httpx.get(platform.base_url + "/usage", headers=auth, timeout=30).json()
+    assert later["totals"]["requests"] == 3

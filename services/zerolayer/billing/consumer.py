@@ -1,13 +1,16 @@
 """The billing consumer: reads the usage event stream in the consumer group `billing`, counts each
 batch into the ledger and acknowledges it in the same server-side script (an event is
-acknowledged only once its aggregates are written, and with `appendfsync always` on disk).
+acknowledged only once its aggregates are written, and with `appendfsync always` on disk). The
+script also does the read (the group's next entries, then its position moved past them, in the
+same step): a consumer that dies never holds a batch it read but did not count. Between batches
+it waits on the stream (XREAD BLOCK), not in a loop.
 
-Any number of consumers share the group. One that dies leaves its delivered events pending; after
-`billing.claim_idle_s` another claims them (XAUTOCLAIM) and counts them, and a consumer that
-restarts under its own name counts its own pending events first. Counting twice is impossible:
-the script keeps a marker per counted event id. The consumer also closes months when their time
-comes and trims the stream of counted events older than `billing.stream_retention_s`.
-"""
+Any number of consumers share the group. Events delivered to a consumer outside that script
+(another client of the group) and left pending are claimed after `billing.claim_idle_s`
+(XAUTOCLAIM) and counted, and a consumer that restarts under its own name counts its own pending
+events first. Counting twice is impossible: the script keeps the ids it counted. The consumer
+also closes months when their time comes and trims the stream of counted events older than
+`billing.stream_retention_s`."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from zerolayer.billing.events import STREAM, day_of
-from zerolayer.billing.ledger import APPLY_LUA, Ledger
+from zerolayer.billing.ledger import APPLY_LUA, READ_LUA, Ledger
 from zerolayer.config import BillingConfig
 
 __all__ = ["GROUP", "Biller", "backlog", "consumer_name"]
@@ -48,7 +51,11 @@ async def backlog(client: aioredis.Redis) -> dict[str, int]:
         return {"unread": 0, "pending": 0}
     for g in groups:
         if _text(g.get("name", b"")) == GROUP:
-            return {"unread": int(g.get("lag") or 0), "pending": int(g.get("pending") or 0)}
+            lag = g.get("lag")
+            if lag is None:  # Redis cannot tell: count them (up to 10,000; "at least")
+                after = "(" + _text(g.get("last-delivered-id") or b"0-0")
+                lag = len(await client.xrange(STREAM, after, "+", count=10_000))
+            return {"unread": int(lag), "pending": int(g.get("pending") or 0)}
     return {"unread": int(await client.xlen(STREAM)), "pending": 0}  # no consumer started yet
 
 
@@ -77,6 +84,8 @@ class Biller:
         self.clock = clock
         self.ledger = Ledger(client, cfg.close_after_s)
         self._apply = client.register_script(APPLY_LUA)
+        self._read = client.register_script(READ_LUA)
+        self._last = "0-0"  # the stream's last entry id when it was last found empty
         self.counted = 0  # events counted by this consumer (not duplicates)
         self.handled = 0  # stream entries it acknowledged
         self._next_claim = 0.0
@@ -86,7 +95,8 @@ class Biller:
     async def setup(self) -> None:
         """Create the group (from the stream's first entry) unless it exists."""
         try:
-            await self.client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+            # from the first entry, having read none (so Redis keeps the group's lag)
+            await self.client.xgroup_create(STREAM, GROUP, id="0", mkstream=True, entries_read=0)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -97,8 +107,8 @@ class Biller:
             return 0
         args: list[Any] = [STREAM, GROUP, self.cfg.dedupe_ttl_s, day_of(self.clock())]
         for sid, fields in entries:
-            text = (fields or {}).get(b"e") or (fields or {}).get("e") or b""
-            args += [sid, text]
+            fields = {_text(k): v for k, v in (fields or {}).items()}
+            args += [sid, fields.get("e") or b"", fields.get("a") or b""]
         n = int(await self._apply(args=args))
         self.counted += n
         self.handled += len(entries)
@@ -140,12 +150,22 @@ class Biller:
         if now >= self._next_claim:
             handled += await self.claim()
             self._next_claim = now + self.cfg.claim_idle_s / 2
-        got = await self.client.xreadgroup(
-            GROUP, self.name, {STREAM: ">"}, count=self.cfg.batch, block=block_ms
+        counted, read, last = await self._read(
+            args=[
+                STREAM,
+                GROUP,
+                self.cfg.dedupe_ttl_s,
+                day_of(now),
+                self.cfg.batch,
+            ]
         )
-        entries = got[0][1] if got else []
-        await self.count(entries)
-        handled += len(entries)
+        self.counted += int(counted)
+        self.handled += int(read)
+        handled += int(read)
+        if not read and block_ms:
+            # nothing new: wait until the stream has an entry after the last one it had
+            self._last = _text(last) or "0-0"
+            await self.client.xread({STREAM: self._last}, count=1, block=block_ms)
         if now >= self._next_housekeeping:
             await self.housekeeping(now)
             self._next_housekeeping = now + _HOUSEKEEPING_S

@@ -6,7 +6,9 @@ request's place in its key's limits and corrects its spend adds the event, so th
 and the ledger never disagree about a request, whichever step a crash interrupts. Refused
 requests (shed, rate limited, invalid) are written by `EventWriter.write`, without a settlement.
 
-Redis keys: zl:usage:events (the stream; field `e` holds the event's JSON),
+Redis keys: zl:usage:events (the stream; field `e` holds the event's JSON, `a` a summary line of
+what counting needs, fields joined by the unit separator: id, tenant, key id, plan, model, tier,
+prices, status, day, prompt, cached prompt and completion tokens, cost in nano-dollars),
 zl:usage:seen:<event id> (its dedupe marker, kept `billing.dedupe_ttl_s`).
 """
 
@@ -43,26 +45,29 @@ SOURCE = "/zerolayer/gateway"
 # prompt longer than the context, an unknown tier). Refused requests cost nothing.
 STATUSES = ("ok", "client_disconnect", "engine_error", "shed", "rate_limited", "invalid")
 
-# record(stream, seen_prefix, id, json, ttl): add the event once; 1 if added, 0 if it was there
+# record(stream, seen_prefix, id, json, line, ttl): add the event once; 1 if added, 0 if it was
 RECORD_LUA = """
-local function record(stream, seen, id, event, ttl)
+local function record(stream, seen, id, event, line, ttl)
   if redis.call('SET', seen .. id, 1, 'NX', 'EX', ttl) then
-    redis.call('XADD', stream, '*', 'e', event)
+    redis.call('XADD', stream, '*', 'e', event, 'a', line)
     return 1
   end
   return 0
 end
 """
 
-# ARGV: stream, seen prefix, ttl, then id, json pairs
+# ARGV: stream, seen prefix, ttl, then id, json, line triples
 _WRITE = (
     RECORD_LUA
     + """
 local n = 0
-for i = 4, #ARGV, 2 do n = n + record(ARGV[1], ARGV[2], ARGV[i], ARGV[i + 1], ARGV[3]) end
+for i = 4, #ARGV, 3 do
+  n = n + record(ARGV[1], ARGV[2], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[3])
+end
 return n
 """
 )
+SEP = "\x1f"
 
 
 def rfc3339(t: float) -> str:
@@ -146,6 +151,28 @@ class UsageEvent:
     def json(self) -> str:
         return json.dumps(self.cloudevent(), separators=(",", ":"))
 
+    def line(self) -> str:
+        """The summary line counting reads instead of the JSON ("" when a part holds the
+        separator: counting reads the JSON then)."""
+        p = self.price.applied() if self.price is not None else None
+        sig = "" if p is None else "/".join(p.values())
+        parts = [
+            self.id,
+            self.tenant,
+            self.key_id,
+            self.plan,
+            self.model,
+            self.tier,
+            sig,
+            self.status,
+            self.day,
+            str(self.prompt_tokens),
+            str(self.cached_prompt_tokens),
+            str(self.completion_tokens),
+            str(self.cost_nanos),
+        ]
+        return "" if any(SEP in x for x in parts) else SEP.join(parts)
+
 
 class EventWriter:
     """Writes usage events that settle nothing (refused requests), idempotently by id."""
@@ -157,12 +184,7 @@ class EventWriter:
 
     async def write(self, *events: UsageEvent) -> int:
         """Add the events not written before; how many were new."""
-        return await self.write_json([(ev.id, ev.json()) for ev in events])
-
-    async def write_json(self, pairs: list[tuple[str, str]]) -> int:
-        """Add already-encoded events (id, json) not written before (the benchmark's and the
-        fault tests' way to write many at once)."""
         args: list[str | int] = [STREAM, SEEN_PREFIX, self.ttl_s]
-        for eid, text in pairs:
-            args += [eid, text]
+        for ev in events:
+            args += [ev.id, ev.json(), ev.line()]
         return int(await self._write(args=args))

@@ -6,17 +6,18 @@ Counting is idempotent by event id (a marker per counted event, set by the same 
 event delivered twice (written twice, or claimed from a consumer that died after counting it) is
 counted once. Every amount is an integer number of nano-dollars; dollars are exact decimals.
 
-A month closes `billing.close_after_s` after it ends (UTC): its invoice is computed once from its
-aggregates and kept as it is. An event billed to a closed month is counted on the day it arrives,
-in the next open month, on a line of its own marked with the month it belongs to (`late_from`).
+A month closes `billing.close_after_s` after it ends (UTC): its invoice is computed once from
+its aggregates and kept as it is. An event billed to a closed month is counted on the day it
+arrives, in the next open month, on a line of its own marked with the month it belongs to
+(`late_from`).
 
 Redis keys (hash-tagged by tenant): zl:bill:{t}:day:<YYYY-MM-DD> (hash: "<cell>|<measure>" ->
 integer, a cell being key id|plan|model|tier|prices|late month), zl:bill:{t}:events:<YYYY-MM>
 (list of the month's events, for export), zl:bill:{t}:months (set of months with usage),
-zl:bill:{t}:applied:<event id> (counted), zl:bill:{t}:closed:<YYYY-MM> (when it closed),
-zl:bill:{t}:invoice:<YYYY-MM> (the closed invoice's JSON); zl:bill:tenants (set), and
-zl:bill:rejected (events that could not be read, kept for an operator).
-"""
+zl:bill:{t}:applied:<day> (set of the ids counted, by the events' day),
+zl:bill:{t}:closed:<YYYY-MM> (when it closed), zl:bill:{t}:invoice:<YYYY-MM> (the closed
+invoice's JSON); zl:bill:tenants (set), and zl:bill:rejected (events that could not be read,
+kept for an operator)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from zerolayer.errors import InvalidRequest, ObjectNotFound
 
 __all__ = [
     "APPLY_LUA",
+    "READ_LUA",
     "GROUPS",
     "Ledger",
     "Totals",
@@ -54,26 +56,72 @@ MEASURES = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_
 GROUPS = ("day", "key", "model", "tier")
 MAX_DAYS = 400  # the longest range /v1/usage reads at once
 
-# ARGV: stream, group, dedupe ttl, today (YYYY-MM-DD), then (stream entry id, event json) pairs;
-# an empty json is an entry that is gone (trimmed): acknowledged only. Returns how many counted.
-APPLY_LUA = """
-local stream, group, ttl, today = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local measures = {'prompt_tokens', 'cached_prompt_tokens', 'completion_tokens', 'cost_nanos'}
-local counted = 0
-for i = 5, #ARGV, 2 do
-  local sid, text = ARGV[i], ARGV[i + 1]
-  if text ~= '' then
-    local ok, e = pcall(cjson.decode, text)
-    local d = ok and type(e) == 'table' and e.data
-    if type(d) ~= 'table' or type(d.tenant) ~= 'string' or type(d.day) ~= 'string'
-        or type(e.id) ~= 'string' then
+# count(stream, group, dedupe ttl, today (YYYY-MM-DD), entries, dedupe): count a batch of stream
+# entries ({id, event json, summary line} triples, see billing.events; an empty json is an entry
+# that is gone: acknowledged only) and acknowledge them; how many were counted. Increments are
+# summed per aggregate cell over the batch and written once per cell and measure. With `dedupe`
+# (entries delivered outside this script: claimed ones), an id counted before is skipped
+# (zl:bill:{t}:applied:<day>, the ids counted that way); entries the read script takes are
+# counted and acknowledged in the same step as their read, so they are never seen twice.
+COUNT_LUA = """
+local MEASURES = {'prompt_tokens', 'cached_prompt_tokens', 'completion_tokens', 'cost_nanos'}
+local FIELDS = {'id', 'tenant', 'key_id', 'plan', 'model', 'tier', 'sig', 'status', 'day',
+  'prompt_tokens', 'cached_prompt_tokens', 'completion_tokens', 'cost_nanos'}
+
+-- what counting needs of an event: from its summary line when it has one (no JSON to decode),
+-- else from its JSON; nil if it cannot be read
+local function read(text, line)
+  if line ~= '' then
+    local d, at, n = {}, 1, 0
+    while true do
+      local j = string.find(line, '\\31', at, true)
+      n = n + 1
+      d[FIELDS[n] or n] = string.sub(line, at, (j or 0) - 1)
+      if not j then break end
+      at = j + 1
+    end
+    if n == #FIELDS then return d end
+  end
+  local ok, e = pcall(cjson.decode, text)
+  local d = ok and type(e) == 'table' and e.data
+  if type(d) ~= 'table' or type(d.tenant) ~= 'string' or type(d.day) ~= 'string'
+      or type(e.id) ~= 'string' then
+    return nil
+  end
+  d.id, d.sig = e.id, ''
+  local p = d.prices
+  if type(p) == 'table' then
+    d.sig = p.prompt_per_1k .. '/' .. p.cached_prompt_per_1k .. '/' .. p.completion_per_1k
+  end
+  return d
+end
+
+local function count(stream, group, ttl, today, entries, dedupe)
+  local cells, corder = {}, {}        -- "hash\\0cell" -> sums, in first-seen order
+  local lists, lorder = {}, {}        -- month list -> events
+  local closed, sets, tenants, months = {}, {}, {}, {}
+  local ids = {}
+  local counted = 0
+  for _, entry in ipairs(entries) do
+    local text = entry[2]
+    ids[#ids + 1] = entry[1]
+    local d = text ~= '' and read(text, entry[3] or '')
+    if text ~= '' and not d then
       redis.call('RPUSH', 'zl:bill:rejected', text)
-    else
+    elseif d then
       local base = 'zl:bill:{' .. d.tenant .. '}:'
-      if redis.call('SET', base .. 'applied:' .. e.id, 1, 'NX', 'EX', ttl) then
+      local new = true
+      if dedupe then
+        local seen = base .. 'applied:' .. d.day
+        sets[seen] = true
+        new = redis.call('SADD', seen, d.id) == 1
+      end
+      if new then
         local day, late = d.day, ''
         local month = string.sub(day, 1, 7)
-        if redis.call('EXISTS', base .. 'closed:' .. month) == 1 then
+        local ck = base .. 'closed:' .. month
+        if closed[ck] == nil then closed[ck] = redis.call('EXISTS', ck) == 1 end
+        if closed[ck] then
           late, day, month = month, today, string.sub(today, 1, 7)
           local at = string.find(text, '"data":{', 1, true)
           if at then
@@ -81,31 +129,103 @@ for i = 5, #ARGV, 2 do
             text = string.sub(text, 1, at + 7) .. mark .. string.sub(text, at + 8)
           end
         end
-        local sig = ''
-        local p = d.prices
-        if type(p) == 'table' then
-          sig = p.prompt_per_1k .. '/' .. p.cached_prompt_per_1k .. '/' .. p.completion_per_1k
+        local key = base .. 'day:' .. day .. '\\0' .. d.key_id .. '|' .. d.plan .. '|' .. d.model
+          .. '|' .. d.tier .. '|' .. d.sig .. '|' .. late .. '|'
+        local c = cells[key]
+        if not c then
+          c = {requests = 0, prompt_tokens = 0, cached_prompt_tokens = 0, completion_tokens = 0,
+            cost_nanos = 0}
+          cells[key] = c
+          corder[#corder + 1] = key
         end
-        local cell = d.key_id .. '|' .. d.plan .. '|' .. d.model .. '|' .. d.tier .. '|' .. sig
-          .. '|' .. late .. '|'
-        local h = base .. 'day:' .. day
-        redis.call('HINCRBY', h, cell .. 'requests', 1)
-        redis.call('HINCRBY', h, cell .. d.status, 1)
-        for _, m in ipairs(measures) do
-          local v = tonumber(d[m]) or 0
-          if v ~= 0 then redis.call('HINCRBY', h, cell .. m, v) end
-        end
-        redis.call('RPUSH', base .. 'events:' .. month, text)
-        redis.call('SADD', base .. 'months', month)
-        redis.call('SADD', 'zl:bill:tenants', d.tenant)
+        c.requests = c.requests + 1
+        c[d.status] = (c[d.status] or 0) + 1
+        for _, m in ipairs(MEASURES) do c[m] = c[m] + (tonumber(d[m]) or 0) end
+        local lname = base .. 'events:' .. month
+        local l = lists[lname]
+        if not l then l = {}; lists[lname] = l; lorder[#lorder + 1] = lname end
+        l[#l + 1] = text
+        tenants[d.tenant] = true
+        local mname = base .. 'months'
+        months[mname] = months[mname] or {}
+        months[mname][month] = true
         counted = counted + 1
       end
     end
   end
-  redis.call('XACK', stream, group, sid)
+  for _, key in ipairs(corder) do
+    local z = string.find(key, '\\0', 1, true)
+    local h, cell = string.sub(key, 1, z - 1), string.sub(key, z + 1)
+    for f, v in pairs(cells[key]) do
+      if v ~= 0 then redis.call('HINCRBY', h, cell .. f, v) end
+    end
+  end
+  for _, name in ipairs(lorder) do
+    local l = lists[name]
+    for i = 1, #l, 4000 do redis.call('RPUSH', name, unpack(l, i, math.min(i + 3999, #l))) end
+  end
+  for name in pairs(sets) do redis.call('EXPIRE', name, ttl) end
+  for t in pairs(tenants) do redis.call('SADD', 'zl:bill:tenants', t) end
+  for name, m in pairs(months) do
+    for month in pairs(m) do redis.call('SADD', name, month) end
+  end
+  if dedupe then  -- delivered entries: acknowledged (the read script moves the group instead)
+    for i = 1, #ids, 4000 do
+      redis.call('XACK', stream, group, unpack(ids, i, math.min(i + 3999, #ids)))
+    end
+  end
+  return counted
 end
-return counted
 """
+
+# ARGV: stream, group, dedupe ttl, today, then (entry id, event json, summary line) triples
+APPLY_LUA = (
+    COUNT_LUA
+    + """
+local entries = {}
+for i = 5, #ARGV, 3 do entries[#entries + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2]} end
+return count(ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], entries, true)
+"""
+)
+
+# ARGV: stream, group, dedupe ttl, today, most: the group's next `most` entries, counted, and
+# the group's position (its last delivered id and entries read) moved past them, in one step:
+# that move is their acknowledgement, so no entry is ever delivered and left uncounted, and
+# nothing enters the pending list. {counted, read, the last id read, or the stream's last id}
+READ_LUA = (
+    COUNT_LUA
+    + """
+local stream, group = ARGV[1], ARGV[2]
+local last, done
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  if f['name'] == group then last, done = f['last-delivered-id'], f['entries-read'] end
+end
+if not last then return redis.error_reply('NOGROUP no consumer group ' .. group) end
+local got = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', tonumber(ARGV[5]))
+if #got == 0 then
+  local tail = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  return {0, 0, tail[1] and tail[1][1] or ''}
+end
+local entries = {}
+for _, e in ipairs(got) do
+  local text, line = '', ''
+  for j = 1, #e[2], 2 do
+    if e[2][j] == 'e' then text = e[2][j + 1] elseif e[2][j] == 'a' then line = e[2][j + 1] end
+  end
+  entries[#entries + 1] = {e[1], text, line}
+end
+local n = count(stream, group, tonumber(ARGV[3]), ARGV[4], entries, false)
+local upto = got[#got][1]
+if type(done) == 'number' then
+  redis.call('XGROUP', 'SETID', stream, group, upto, 'ENTRIESREAD', done + #got)
+else
+  redis.call('XGROUP', 'SETID', stream, group, upto)
+end
+return {n, #got, upto}
+"""
+)
 
 
 def _text(value: bytes | str) -> str:

@@ -171,14 +171,15 @@ return {'ok', 0}
 )
 
 # ARGV: now_ms|0, prefix, rid, used_tokens, used_nanos, used_extra[, stream, seen prefix,
-# dedupe ttl, event id, event json]: the settlement, and the request's usage event added once
+# dedupe ttl, event id, event json, event line]: the settlement, and the request's usage event
+# added once
 _SETTLE = (
     _COMMON
     + RECORD_LUA
     + """
 local done = give_back(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
 local added = 0
-if #ARGV >= 11 then added = record(ARGV[7], ARGV[8], ARGV[10], ARGV[11], ARGV[9]) end
+if #ARGV >= 12 then added = record(ARGV[7], ARGV[8], ARGV[10], ARGV[11], ARGV[12], ARGV[9]) end
 return {done, added}
 """
 )
@@ -412,7 +413,7 @@ class Limiter:
             extra,
         ]
         if event is not None:
-            args += [STREAM, SEEN_PREFIX, self.dedupe_ttl_s, event.id, event.json()]
+            args += [STREAM, SEEN_PREFIX, self.dedupe_ttl_s, event.id, event.json(), event.line()]
         done, _ = await self._settle(args=args)
         return bool(done)
 
