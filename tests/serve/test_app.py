@@ -9,7 +9,7 @@ from zerolayer.serve.app import build_app, tier_apps
 
 
 def _gateway_args(cfg: PlatformConfig) -> Any:
-    return build_app(cfg)._bound_deployment.init_args  # (config, tokenfix, chunker)
+    return build_app(cfg)._bound_deployment.init_args  # (config, tokenfix, chunker, billing)
 
 
 def with_baseline(cfg: PlatformConfig, **update: Any) -> PlatformConfig:
@@ -19,12 +19,14 @@ def with_baseline(cfg: PlatformConfig, **update: Any) -> PlatformConfig:
     return data
 
 
-def test_default_app_runs_tokenfix_in_the_gateway_and_binds_the_chunker(
+def test_default_app_runs_tokenfix_in_the_gateway_and_binds_the_chunker_and_billing(
     base_config: PlatformConfig,
 ) -> None:
-    _, tokenfix, chunker = _gateway_args(base_config)
+    _, tokenfix, chunker, billing = _gateway_args(base_config)
     assert tokenfix is None and base_config.tokenfix.in_gateway
     assert chunker._bound_deployment.name == "chunker"
+    assert billing._bound_deployment.name == "billing"
+    assert billing._bound_deployment.num_replicas == base_config.billing.replicas
     cfg = base_config.model_copy(
         update={"tokenfix": base_config.tokenfix.model_copy(update={"in_gateway": False})}
     )
