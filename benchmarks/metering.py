@@ -15,7 +15,11 @@ time and polls GET /v1/usage every 10 ms until it shows it; delay = from the pro
 to the poll that shows it. --probes per round, --repeats rounds; p50 and p99 per round, then
 the median p99 and its spread.
 
-Writes benchmarks/results/metering.json {"events_per_s": .., "p99_delay_s": .., ...}.
+Every ingest round starts a fresh Redis server (the same empty state each time).
+
+Writes benchmarks/results/metering.json {"events_per_s": .., "p99_delay_s": .., ...}:
+events_per_s with the local platform's appendfsync (platform/serve/local.yaml, everysec), and
+events_per_s_always with `appendfsync always` (what a production Redis should run).
 
   .venv/bin/python benchmarks/metering.py [--repeats 5] [--events 100000] [--probes 100]
 """
@@ -27,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -159,10 +164,12 @@ async def _counted(url: str, tenant: str) -> int:
         await c.aclose()
 
 
-def _consumer(url: str, cache: str) -> subprocess.Popen[bytes]:
+def _consumer(url: str, cache: str, batch: int | None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "REDIS_URL": url, "ZEROLAYER_CACHE_DIR": cache}
+    more = [] if batch is None else ["--batch", str(batch)]
     return subprocess.Popen(
-        [sys.executable, "-m", "zerolayer.billing", "--name", "bench-" + uuid.uuid4().hex[:6]],
+        [sys.executable, "-m", "zerolayer.billing", "--name", "bench-" + uuid.uuid4().hex[:6]]
+        + more,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -186,7 +193,9 @@ async def _ready(url: str) -> None:
         await c.aclose()
 
 
-def run_ingest(url: str, cache: str, n: int, writers: int, pipe: int) -> dict[str, float]:
+def run_ingest(
+    url: str, cache: str, n: int, writers: int, pipe: int, batch: int | None
+) -> dict[str, float]:
     # write-only: no consumer reads while these are written (counted afterwards, untimed); the
     # first through redis-py (what one gateway process manages), then pre-encoded
     client_s = asyncio.run(
@@ -194,7 +203,7 @@ def run_ingest(url: str, cache: str, n: int, writers: int, pipe: int) -> dict[st
     )
     alone = _events("tenant_bench_w_" + uuid.uuid4().hex[:8], n)
     write_s = asyncio.run(_write_raw(url, alone, writers, pipe))
-    proc = _consumer(url, cache)
+    proc = _consumer(url, cache, batch)
     try:
         asyncio.run(_ready(url))  # it counted the write-only round: the stream is empty again
         tenant = "tenant_bench_" + uuid.uuid4().hex[:8]
@@ -297,6 +306,7 @@ def main() -> None:
     ap.add_argument("--pipe", type=int, default=100, help="script calls per round trip")
     ap.add_argument("--probes", type=int, default=100, help="probe requests per delay round")
     ap.add_argument("--load", type=int, default=8, help="clients loading the platform")
+    ap.add_argument("--batch", type=int, default=None, help="consumer batch (default: config)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-delay", action="store_true", help="ingest only")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -306,17 +316,18 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     tmp = tempfile.mkdtemp(prefix="zl-metering-")
-    servers = {m: EmbeddedRedis(Path(tmp) / m, appendfsync=m) for m in ("always", "everysec")}
-    for s in servers.values():
-        s.start()
-    rows: dict[str, list[dict[str, float]]] = {m: [] for m in servers}
-    try:
-        for rnd in range(args.repeats + 1):
-            order = list(servers)
-            rng.shuffle(order)
-            for mode in order:
+    modes = ("always", "everysec")
+    rows: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for rnd in range(args.repeats + 1):
+        order = list(modes)
+        rng.shuffle(order)
+        for mode in order:
+            # a fresh server each round: every round starts from the same (empty) state
+            server = EmbeddedRedis(Path(tmp) / f"{mode}-{rnd}", appendfsync=mode)
+            server.start()
+            try:
                 row = run_ingest(
-                    servers[mode].secret_url(), tmp, args.events, args.writers, args.pipe
+                    server.secret_url(), tmp, args.events, args.writers, args.pipe, args.batch
                 )
                 label = "warm-up" if rnd == 0 else f"round {rnd}"
                 print(
@@ -325,11 +336,11 @@ def main() -> None:
                     f"(redis-py writer alone {row['redis_py_write_only_per_s']:7d}/s)",
                     flush=True,
                 )
-                if rnd:
-                    rows[mode].append(row)
-    finally:
-        for s in servers.values():
-            s.stop()
+            finally:
+                server.stop()
+                shutil.rmtree(Path(tmp) / f"{mode}-{rnd}", ignore_errors=True)
+            if rnd:
+                rows[mode].append(row)
     ingest = {}
     for mode, rs in rows.items():
         rates = [r["events_per_s"] for r in rs]
@@ -346,14 +357,21 @@ def main() -> None:
             "rounds": rs,
         }
     delay = None if args.skip_delay else run_delay(args.repeats, args.probes, args.load)
+    # the headline: the local Redis as `./zl up` runs it (platform/serve/local.yaml)
+    from zerolayer.config import load_config
+
+    local = load_config().redis.appendfsync
     out = {
-        "events_per_s": ingest["always"]["events_per_s"],
+        "events_per_s": ingest[local]["events_per_s"],
+        "appendfsync": local,
+        "events_per_s_always": ingest["always"]["events_per_s"],
         "p99_delay_s": None if delay is None else delay["p99_delay_s"],
         "ingest": ingest,
         "delay": delay,
         "events_per_round": args.events,
         "writers": args.writers,
         "pipe": args.pipe,
+        "consumer_batch": args.batch,
         "cpus": os.cpu_count(),
         "command": "benchmarks/metering.py " + " ".join(sys.argv[1:]),
     }

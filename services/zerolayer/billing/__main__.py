@@ -14,8 +14,10 @@ from zerolayer.config import load_config
 from zerolayer.store.connect import async_client
 
 
-async def _main(name: str | None) -> None:
+async def _main(name: str | None, batch: int | None) -> None:
     cfg = load_config()
+    if batch is not None:
+        cfg.billing.batch = batch
     client = async_client(cfg.redis, socket_timeout=10, socket_connect_timeout=2)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -30,5 +32,7 @@ async def _main(name: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m zerolayer.billing", description=__doc__)
     parser.add_argument("--name", default=None, help="consumer name (default: host-pid)")
+    parser.add_argument("--batch", type=int, default=None, help="events per batch (billing.batch)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    asyncio.run(_main(parser.parse_args().name))
+    args = parser.parse_args()
+    asyncio.run(_main(args.name, args.batch))
