@@ -15,6 +15,7 @@ from zerolayer.serve.launcher import Platform
 from zerolayer.store.connect import sync_client
 
 from tests.integration.conftest import ADMIN_KEY, BODY_TIMEOUT_S
+from tests.integration.up import wait
 
 pytestmark = pytest.mark.integration
 
@@ -226,12 +227,12 @@ def test_usage_and_invoices_are_metered_by_the_billing_deployment(platform: Plat
     )
     assert whole.status_code == streamed.status_code == 200
     ended = time.monotonic()
-    usage = {}
-    while time.monotonic() - ended < 30:
-        usage = httpx.get(platform.base_url + "/usage", headers=auth, timeout=30).json()
-        if usage["totals"]["requests"] == 2:
-            break
-        time.sleep(0.05)
+
+    def counted() -> dict | None:
+        got = httpx.get(platform.base_url + "/usage", headers=auth, timeout=30).json()
+        return got if got["totals"]["requests"] >= 2 else None
+
+    usage = wait(counted, 30, "both requests in /v1/usage", every_s=0.05)
     delay = time.monotonic() - ended
     print(f"both requests in /v1/usage {delay:.2f} s after the second ended")
     totals = usage["totals"]

@@ -85,7 +85,6 @@ class Biller:
         self.ledger = Ledger(client, cfg.close_after_s)
         self._apply = client.register_script(APPLY_LUA)
         self._read = client.register_script(READ_LUA)
-        self._last = "0-0"  # the stream's last entry id when it was last found empty
         self.counted = 0  # events counted by this consumer (not duplicates)
         self.handled = 0  # stream entries it acknowledged
         self._next_claim = 0.0
@@ -164,8 +163,7 @@ class Biller:
         handled += int(read)
         if not read and block_ms:
             # nothing new: wait until the stream has an entry after the last one it had
-            self._last = _text(last) or "0-0"
-            await self.client.xread({STREAM: self._last}, count=1, block=block_ms)
+            await self.client.xread({STREAM: _text(last) or "0-0"}, count=1, block=block_ms)
         if now >= self._next_housekeeping:
             await self.housekeeping(now)
             self._next_housekeeping = now + _HOUSEKEEPING_S
