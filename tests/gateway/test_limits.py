@@ -165,6 +165,37 @@ def test_chunks_count_against_the_key_and_refusals_are_counted(
     assert 'zerolayer_rate_limited_total{limit="requests_per_minute",plan="chunky"} 1' in metrics
 
 
+def test_answers_carry_the_keys_rate_limits_in_openai_headers(
+    make_gateway: GatewayFactory,
+) -> None:
+    limits = {"requests_per_minute": 5, "tokens_per_minute": 100_000}
+    gw = make_gateway(plans={"metered": plan(**limits)}, key_plan="metered")
+    prompt = len(gw.prompts.chat(CHAT["messages"]))
+    first = ask(gw, max_tokens=16)
+    h = first.headers
+    assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("5", "4")
+    assert h["x-ratelimit-limit-tokens"] == "100000"
+    # the reservation counts: prompt + max_tokens
+    assert int(h["x-ratelimit-remaining-tokens"]) == 100_000 - (prompt + 16)
+    for name in ("requests", "tokens"):
+        reset = h[f"x-ratelimit-reset-{name}"]
+        assert reset.endswith("s") and 1 <= int(reset[:-1]) <= 60, reset
+    gw.settled()  # the first settles to prompt + the 7 tokens delivered
+    streamed = ask(gw, max_tokens=16, stream=True)
+    assert streamed.headers["x-ratelimit-remaining-requests"] == "3"
+    left = 100_000 - (prompt + len(SCRIPT)) - (prompt + 16)
+    assert int(streamed.headers["x-ratelimit-remaining-tokens"]) == left
+    body = {"model": "smollm2-135m", "input": "Hi", "max_output_tokens": 4}
+    resp = gw.client.post("/v1/responses", headers=gw.auth, json=body)
+    assert resp.status_code == 200 and resp.headers["x-ratelimit-remaining-requests"] == "2"
+    chunks = {"model": "smollm2-135m", "input": "some text"}
+    cut = gw.client.post("/v1/chunks", headers=gw.auth, json=chunks)
+    assert cut.headers["x-ratelimit-remaining-requests"] == "1"
+    # a plan without limits sends none
+    free = make_gateway(plans={"open": plan()}, key_plan="open")
+    assert not [k for k in ask(free).headers if k.startswith("x-ratelimit")]
+
+
 # -- the limiter's own guarantees, on the real Redis --------------------------------------------
 
 

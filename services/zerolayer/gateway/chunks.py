@@ -127,7 +127,8 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
                 "model": model,
                 "data": data,
                 "usage": {"prompt_tokens": total, "total_tokens": total},
-            }
+            },
+            headers=flow.headers(call),
         )
 
     return router

@@ -30,7 +30,7 @@ from zerolayer.errors import (
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.http import ClosingStream
-from zerolayer.gateway.limits import Limiter, Reservation, retried
+from zerolayer.gateway.limits import Limiter, Reservation, rate_headers, retried
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
@@ -223,10 +223,11 @@ class Flow:
 
     async def reserve(
         self, record: ApiKeyRecord, r: Reservation, tokens: int, nanos: int, extra: int = 0
-    ) -> None:
-        """The limits that need the request's size: tokens/min and the monthly budget."""
+    ) -> int:
+        """The limits that need the request's size: tokens/min and the monthly budget; the
+        minute's token count with this reservation (-1: the plan has no token limit)."""
         try:
-            await self.limiter.reserve(
+            return await self.limiter.reserve(
                 r, record.plan, self.config.plans[record.plan], tokens, nanos, extra
             )
         except RateLimited as exc:
@@ -243,11 +244,19 @@ class Flow:
         target = Target(model, "chunker")
         try:
             r = await self.request(record, rid)
-            await self.reserve(record, r, tokens, 0)
+            counted = await self.reserve(record, r, tokens, 0)
         except RateLimited as exc:
             self.refused(record, target, rid, endpoint, exc, started)
             raise
-        return Call(record, target, target, r, endpoint=endpoint, started=started, free=True)
+        call = Call(record, target, target, r, endpoint=endpoint, started=started, free=True)
+        call.tokens_counted = counted
+        return call
+
+    def headers(self, call: Call) -> dict[str, str]:
+        """The headers of an admitted request's answer: its id and the key's rate limits."""
+        limits = self.config.plans[call.record.plan].limits
+        rates = rate_headers(limits, call.reservation, call.tokens_counted, time.time())
+        return {"x-request-id": call.reservation.request_id, **rates}
 
     def settle(
         self,
@@ -313,7 +322,7 @@ class Flow:
     async def sized(self, call: Call, prompt_tokens: int, max_tokens: int) -> None:
         """The limits that need the request's size, then counted as a request of its tier."""
         price = self.config.plans[call.record.plan].prices[call.target.tier]
-        await self.reserve(
+        call.tokens_counted = await self.reserve(
             call.record,
             call.reservation,
             prompt_tokens + max_tokens,
@@ -341,7 +350,6 @@ class Flow:
     async def _run(self, body: ChatCompletionRequest | CompletionRequest, call: Call) -> Response:
         chat = isinstance(body, ChatCompletionRequest)
         target, rid = call.target, call.reservation.request_id
-        headers = {"x-request-id": rid}
         sampling = body.sampling()
         if isinstance(body, ChatCompletionRequest):
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -375,7 +383,7 @@ class Flow:
                 lambda: self.shed(call.record, target),
             )
         if call.job is None:
-            await self.reserve(
+            call.tokens_counted = await self.reserve(
                 call.record,
                 call.reservation,
                 len(ids) + max_tokens,
@@ -390,7 +398,7 @@ class Flow:
                 reserve_prompt + max_len,
                 reserve_completion + (asked or default),
             )
-            await self.reserve(
+            call.tokens_counted = await self.reserve(
                 call.record,
                 call.reservation,
                 reserve_prompt + reserve_completion,
@@ -412,6 +420,7 @@ class Flow:
         )
         shape = Shape(chat, rid, str(target))  # the tier that answered, as OpenAI names it
         call.dest = self.route(target, len(ids))
+        headers = self.headers(call)
         if not body.stream:
             return await self._complete(call, spec, shape, headers)
         return await self._stream(call, spec, shape, headers, body.include_usage())
@@ -619,6 +628,7 @@ class Call:
     endpoint: str = "chat.completions"  # the API it came through (its usage event says)
     started: float = 0.0  # when the gateway had it (time.time())
     free: bool = False  # a call without a price (chunking)
+    tokens_counted: int = -1  # the key's tokens of the minute with this reservation
 
     def billed(self, prompt: int, completion: int) -> tuple[int, int]:
         """The request's tokens plus those of its map-reduce calls, if any."""

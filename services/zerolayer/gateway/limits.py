@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -56,10 +57,10 @@ from zerolayer.billing.events import (
     UsageEvent,
     day_of,
 )
-from zerolayer.config import PlanConfig, usd_text
+from zerolayer.config import PlanConfig, PlanLimits, usd_text
 from zerolayer.errors import RateLimited
 
-__all__ = ["Reservation", "Limiter", "month_of", "retried"]
+__all__ = ["Reservation", "Limiter", "month_of", "rate_headers", "retried"]
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,11 @@ local p, rid = ARGV[2], ARGV[3]
 local rpm, conc, lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_ms()
 local res = p .. ':res:' .. rid
-if redis.call('EXISTS', res) == 1 then return {'ok', 0, now} end
 local minute = math.floor(now / 60000)
 local reqk, leases = p .. ':req:' .. minute, p .. ':conc'
+if redis.call('EXISTS', res) == 1 then
+  return {'ok', tonumber(redis.call('GET', reqk) or '0'), now}
+end
 if rpm >= 0 then
   local used = tonumber(redis.call('GET', reqk) or '0')
   if used >= rpm then return {'requests_per_minute', used, now} end
@@ -111,13 +114,14 @@ if conc >= 0 then
   local used = redis.call('ZCOUNT', leases, now, '+inf')
   if used >= conc then return {'concurrent_requests', used, now} end
 end
+local counted = -1
 if rpm >= 0 then
-  redis.call('INCR', reqk)
+  counted = redis.call('INCR', reqk)
   redis.call('EXPIRE', reqk, 120)
 end
 redis.call('ZADD', leases, now + lease, rid)
 redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'nanos', 0)
-return {'ok', 0, now}
+return {'ok', counted, now}
 """
 )
 
@@ -132,8 +136,8 @@ local extra, rpm = tonumber(ARGV[10]), tonumber(ARGV[11])
 local res = p .. ':res:' .. rid
 local h = redis.call('HMGET', res, 'minute', 'month')
 if not h[1] then return {'gone', 0} end
-if h[2] then return {'ok', 0} end
 local reqk, tokk, spend = p .. ':req:' .. h[1], p .. ':tok:' .. h[1], p .. ':cost:' .. month
+if h[2] then return {'ok', tonumber(redis.call('GET', tokk) or '-1')} end
 if rpm >= 0 and extra > 0 then
   local used = tonumber(redis.call('GET', reqk) or '0')
   if used + extra > rpm then
@@ -156,8 +160,9 @@ if budget >= 0 then
   end
 end
 if rpm >= 0 and extra > 0 then redis.call('INCRBY', reqk, extra) end
+local counted = -1
 if tpm >= 0 then
-  redis.call('INCRBY', tokk, tokens)
+  counted = redis.call('INCRBY', tokk, tokens)
   redis.call('EXPIRE', tokk, 120)
 else
   tokens = 0
@@ -166,7 +171,7 @@ redis.call('INCRBY', spend, nanos)
 redis.call('EXPIRE', spend, month_ttl)
 if rpm < 0 then extra = 0 end
 redis.call('HSET', res, 'tokens', tokens, 'nanos', nanos, 'month', month, 'extra', extra)
-return {'ok', 0}
+return {'ok', counted}
 """
 )
 
@@ -232,10 +237,29 @@ class Reservation:
     request_id: str
     minute: int  # Redis's minute when the request was counted
     day: str = ""  # the UTC day (YYYY-MM-DD) it is billed to, the gateway's when it was counted
+    requests: int = -1  # the key's requests of that minute once this one counted (-1: no limit)
 
     @property
     def month(self) -> str:
         return self.day[:7]
+
+
+def rate_headers(limits: PlanLimits, r: Reservation, tokens: int, now: float) -> dict[str, str]:
+    """The x-ratelimit-* headers of an admitted request, as OpenAI sends them: per limit of
+    the plan that has one, its size, what is left of the current minute after this request
+    (tokens: its reservation, prompt + max_tokens), and when the minute's count starts over.
+    `tokens` is the minute's count after the reservation (-1: not reserved yet)."""
+    reset = f"{max(1, math.ceil((r.minute + 1) * 60 - now))}s"
+    out: dict[str, str] = {}
+    for name, cap, used in (
+        ("requests", limits.requests_per_minute, r.requests),
+        ("tokens", limits.tokens_per_minute, tokens),
+    ):
+        if cap is not None and used >= 0:
+            out[f"x-ratelimit-limit-{name}"] = str(cap)
+            out[f"x-ratelimit-remaining-{name}"] = str(max(0, cap - used))
+            out[f"x-ratelimit-reset-{name}"] = reset
+    return out
 
 
 def _prefix(key_id: str) -> str:
@@ -318,7 +342,7 @@ class Limiter:
         status, now = _text(status), int(now_ms) / 1000
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
-        return Reservation(key_id, request_id, int(now // 60), day_of(self._now()))
+        return Reservation(key_id, request_id, int(now // 60), day_of(self._now()), int(used))
 
     async def reserve(
         self,
@@ -328,10 +352,11 @@ class Limiter:
         tokens: int,
         nanos: int,
         extra_requests: int = 0,
-    ) -> None:
+    ) -> int:
         """Step 2: reserve tokens and worst-case spend, and count `extra_requests` more
         requests of the minute (the model calls a request fans out to), or raise RateLimited
-        (the lease is given back then)."""
+        (the lease is given back then). Returns the minute's token count with this reservation
+        (-1 when the plan has no token limit)."""
         lim = plan.limits
         budget = lim.budget_nanos
         now = self._now()
@@ -361,6 +386,7 @@ class Limiter:
             )
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, tokens, nanos, now)
+        return int(used)
 
     def _refusal(
         self,

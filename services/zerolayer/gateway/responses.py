@@ -261,7 +261,7 @@ class Responder:
         )
         call.dest = self.flow.route(call.target, len(ids))
         shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
-        headers = {"x-request-id": turn.rid}
+        headers = self.flow.headers(call)
         if not body.stream:
             end = await self.flow.completed(call, spec)
             status, incomplete = outcome(end.finish_reason)
