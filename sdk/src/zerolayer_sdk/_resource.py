@@ -1,0 +1,104 @@
+"""The base of the resource classes (client.chat.completions, client.conversations.items, ...):
+each method describes its call (a Call) and hands it to its client; lists come back as pages."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import httpx
+import pydantic
+
+from ._base_client import AsyncAPIClient, Call, SyncAPIClient, json_as
+from ._pagination import AsyncPage, AsyncPaginator, Page
+
+__all__ = ["SyncAPIResource", "AsyncAPIResource", "args", "ListBody"]
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def args(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's keyword arguments, from its locals() (everything but self)."""
+    return {k: v for k, v in scope.items() if k not in ("self", "__class__")}
+
+
+class ListBody(pydantic.BaseModel):
+    """A list answer: OpenAI's list object, with cursors when it is paged."""
+
+    data: list[Any]
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
+
+
+def _page_call(
+    path: str,
+    params: Mapping[str, Any],
+    model: type[M],
+    make: Callable[[ListBody, list[M]], Any],
+    **flags: Any,
+) -> Call:
+    read = json_as(ListBody)
+
+    def parse(response: httpx.Response) -> Any:
+        body = read(response)
+        return make(body, [model.model_validate(item) for item in body.data])
+
+    return Call("GET", path, parse=parse, params=params, **flags)
+
+
+class SyncAPIResource:
+    """A group of methods of the sync client."""
+
+    def __init__(self, client: SyncAPIClient):
+        self._client = client
+
+    def _send(self, call: Call) -> Any:
+        return self._client._send(call)
+
+    def _list(
+        self, path: str, model: type[M], params: Mapping[str, Any] | None = None, **flags: Any
+    ) -> Page[M]:
+        """A list: one page, whose iteration fetches the next ones by cursor."""
+
+        def call(cursor: str | None) -> Call:
+            def make(body: ListBody, items: list[M]) -> Page[M]:
+                return Page(items, body.has_more, body.first_id, body.last_id, fetch)
+
+            at = {**(params or {}), **({"after": cursor} if cursor else {})}
+            return _page_call(path, at, model, make, **flags)
+
+        def fetch(cursor: str) -> Page[M]:
+            return self._client._send(call(cursor), raw=False)  # type: ignore[no-any-return]
+
+        return self._send(call((params or {}).get("after")))  # type: ignore[no-any-return]
+
+
+class AsyncAPIResource:
+    """A group of methods of the async client."""
+
+    def __init__(self, client: AsyncAPIClient):
+        self._client = client
+
+    def _send(self, call: Call) -> Awaitable[Any]:
+        return self._client._send(call)
+
+    def _list(
+        self, path: str, model: type[M], params: Mapping[str, Any] | None = None, **flags: Any
+    ) -> AsyncPaginator[M]:
+        """A list: `await` it for the first page, or `async for` over all of its items."""
+
+        def call(cursor: str | None) -> Call:
+            def make(body: ListBody, items: list[M]) -> AsyncPage[M]:
+                return AsyncPage(items, body.has_more, body.first_id, body.last_id, fetch)
+
+            at = {**(params or {}), **({"after": cursor} if cursor else {})}
+            return _page_call(path, at, model, make, **flags)
+
+        async def fetch(cursor: str) -> AsyncPage[M]:
+            return await self._client._send(call(cursor), raw=False)  # type: ignore[no-any-return]
+
+        async def first() -> AsyncPage[M]:
+            return await self._send(call((params or {}).get("after")))  # type: ignore[no-any-return]
+
+        return AsyncPaginator(first)

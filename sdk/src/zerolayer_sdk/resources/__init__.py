@@ -1,0 +1,43 @@
+"""The resource classes behind the clients' attributes (client.chat.completions, ...)."""
+
+from .admin import Admin, AsyncAdmin, AsyncKeys, AsyncTenants, Keys, Tenants
+from .billing import AsyncInvoices, AsyncUsage, Invoices, Usage
+from .chat import AsyncChat, AsyncChatCompletionStream, Chat, ChatCompletionStream
+from .chunks import AsyncChunks, AsyncChunkStream, Chunks, ChunkStream
+from .completions import AsyncCompletionStream, CompletionStream
+from .conversations import AsyncConversations, AsyncItems, Conversations, Items
+from .models import AsyncModels, Models
+from .responses import AsyncResponses, AsyncResponseStream, Responses, ResponseStream
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "Keys",
+    "AsyncKeys",
+    "Tenants",
+    "AsyncTenants",
+    "Usage",
+    "AsyncUsage",
+    "Invoices",
+    "AsyncInvoices",
+    "Chat",
+    "AsyncChat",
+    "ChatCompletionStream",
+    "AsyncChatCompletionStream",
+    "Chunks",
+    "AsyncChunks",
+    "ChunkStream",
+    "AsyncChunkStream",
+    "CompletionStream",
+    "AsyncCompletionStream",
+    "Conversations",
+    "AsyncConversations",
+    "Items",
+    "AsyncItems",
+    "Models",
+    "AsyncModels",
+    "Responses",
+    "AsyncResponses",
+    "ResponseStream",
+    "AsyncResponseStream",
+]

@@ -1,0 +1,50 @@
+"""GET /v1/models: every model and tier, with tier cards and status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._models import BaseModel
+
+__all__ = ["TierCard", "Model"]
+
+
+class TierCard(BaseModel):
+    """What the collapse compiler measured of a tier (quality against the dense model per text
+    domain, the budget it was built to) and what the serving engine reports (hardware
+    sparsity, offload, the live signals under `monitoring`). Every field the platform sends is
+    kept."""
+
+    tier: str | None = None
+    model: str | None = None
+    method: str | None = None
+    quality: dict[str, Any] | None = None
+    budget_ppl_delta: float | None = None
+    monitoring: dict[str, Any] | None = None
+
+
+class Model(BaseModel):
+    """A model (`smollm2-135m`: the plan's default tier) or one of its tiers
+    (`smollm2-135m:masked`) with its state: ready, starting, building (step, progress) or
+    failed (reason)."""
+
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "zerolayer"
+    description: str | None = None
+    root: str | None = None
+    tier: str | None = None
+    engine: str | None = None
+    artifact: str | None = None
+    max_model_len: int | None = None
+    status: str | None = None
+    step: str | None = None
+    progress: float | None = None
+    reason: str | None = None
+    tier_card: TierCard | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the tier takes requests now (a bare model id is always listed ready)."""
+        return self.tier is None or self.status in (None, "ready")
