@@ -139,6 +139,8 @@ def test_settings_come_from_arguments_then_the_environment(
     assert str(local.base_url) == "http://127.0.0.1:8000/v1"
     remote = zl.Client(base_url=BASE)  # never sent to another host
     assert remote.api_key is None and remote.admin_key is None
+    assert local.with_options(base_url=BASE).api_key is None
+    assert local.with_options(max_retries=0).api_key == "zl-dev"
     with pytest.raises(zl.ZerolayerError, match="ZEROLAYER_API_KEY"):
         remote.models.list()
 

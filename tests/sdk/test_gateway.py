@@ -9,12 +9,12 @@ import asyncio
 import time
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 import zerolayer_sdk as zl
 from zerolayer.engines.fake import FakeEngine
 
+from tests.conftest import free_port
 from tests.gateway.conftest import ADMIN_KEY, SCRIPT, GatewayFactory
 from tests.sdk.calls import PARIS, async_calls, openai_compatible, zerolayer_only
 from tests.sdk.proxy import LossyProxy
@@ -123,7 +123,7 @@ def test_a_stream_left_half_way_frees_the_connection_and_the_lease(
 
 
 def test_a_connection_refused_is_retried_then_raised() -> None:
-    port = httpx.URL("http://127.0.0.1:9").port  # discard: nothing listens
+    port = free_port()  # nothing listens there
     client = zl.Client(api_key="zl-x", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1)
     waits: list[float] = []
     client._sleep = waits.append  # type: ignore[assignment]

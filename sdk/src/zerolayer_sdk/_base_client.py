@@ -171,16 +171,14 @@ class _ClientBase:
         url = base_url or os.environ.get("ZEROLAYER_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = httpx.URL(str(url).rstrip("/"))
         local = _loopback(self.base_url)
-        self.api_key = (
-            api_key
-            or os.environ.get("ZEROLAYER_API_KEY")
-            or (_local_secret("dev-key") if local else None)
+        # keys given (arguments, environment) go to any address; those `./zl up` keeps on
+        # this machine only to a platform on it, and never into a copy for another address
+        self._given = (
+            api_key or os.environ.get("ZEROLAYER_API_KEY"),
+            admin_key or os.environ.get("ZEROLAYER_ADMIN_KEY"),
         )
-        self.admin_key = (
-            admin_key
-            or os.environ.get("ZEROLAYER_ADMIN_KEY")
-            or (_local_secret("admin-key") if local else None)
-        )
+        self.api_key = self._given[0] or (_local_secret("dev-key") if local else None)
+        self.admin_key = self._given[1] or (_local_secret("admin-key") if local else None)
         self.timeout = _timeout(timeout)
         self.max_retries = DEFAULT_MAX_RETRIES if max_retries is None else int(max_retries)
         if self.max_retries < 0:
@@ -192,8 +190,8 @@ class _ClientBase:
     def _options(self) -> dict[str, Any]:
         """The arguments that make a copy of this client."""
         return {
-            "api_key": self.api_key,
-            "admin_key": self.admin_key,
+            "api_key": self._given[0],
+            "admin_key": self._given[1],
             "base_url": self.base_url,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
