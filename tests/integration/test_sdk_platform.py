@@ -5,9 +5,6 @@ through the official openai package, the async client, and the SDK's examples as
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import openai
@@ -17,13 +14,18 @@ from zerolayer.serve.launcher import Platform
 
 from tests.integration.conftest import ADMIN_KEY
 from tests.integration.up import wait
-from tests.sdk.calls import PARIS, async_calls, openai_compatible, zerolayer_only
+from tests.sdk.calls import (
+    PARIS,
+    async_calls,
+    openai_compatible,
+    run_example,
+    zerolayer_only,
+)
 from tests.sdk.proxy import LossyProxy
 
 pytestmark = pytest.mark.integration
 
 MODEL = "smollm2-135m:sparse24"  # the torch engine: the quickest tier on a CPU
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def client(p: Platform, **options: object) -> zl.Client:
@@ -103,28 +105,15 @@ def test_a_retried_request_is_run_and_billed_once(platform: Platform) -> None:
     assert usage.totals.cost_usd > 0
 
 
-def _example(name: str, platform: Platform, key: str, stdin: str = "", *args: str) -> str:
-    env = {**os.environ, "ZEROLAYER_API_KEY": key, "ZEROLAYER_BASE_URL": platform.base_url}
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "sdk" / "examples" / name), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    return run.stdout
-
-
 def test_the_examples_run_against_the_platform(platform: Platform) -> None:
     key = new_key(platform).key
-    said = _example(
-        "chat_repl.py", platform, key, "My name is Ada.\nWhat is my name?\n", "--model", MODEL
+    url = platform.base_url
+    said = run_example(
+        "chat_repl.py", url, key, "--model", MODEL, stdin="My name is Ada.\nWhat is my name?\n"
     )
     assert said.count("assistant>") == 2 and "conversation conv_" in said
-    streamed = _example("stream.py", platform, key, "", "--model", MODEL)
+    streamed = run_example("stream.py", url, key, "--model", MODEL)
     assert "tokens:" in streamed and "request id:" in streamed
     free = new_key(platform, "free").key  # 4 requests at once, 20 a minute
-    batch = _example("async_batch.py", platform, free, "", "--model", MODEL, "--requests", "10")
+    batch = run_example("async_batch.py", url, free, "--model", MODEL, "--requests", "10")
     assert "10 answered" in batch, batch

@@ -5,6 +5,9 @@ arguments, so the same function checks both clients."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -12,7 +15,9 @@ from typing import Any
 
 import zerolayer_sdk as zl
 
-__all__ = ["openai_compatible", "zerolayer_only", "async_calls", "PARIS"]
+__all__ = ["openai_compatible", "zerolayer_only", "async_calls", "run_example", "PARIS"]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "sdk" / "examples"
 
 PARIS = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -197,3 +202,27 @@ async def async_calls(client: zl.AsyncClient, model: str) -> None:
     assert [m.id async for m in client.models.list()]
     assert (await client.usage.retrieve()).object == "usage"
     assert await client.conversations.delete(conv.id)
+
+
+def run_example(
+    name: str, url: str, key: str, *args: str, stdin: str = "", cache: Path | None = None
+) -> str:
+    """The example's output. With `cache`: the key is not given, the example finds it where
+    `./zl up` keeps it (<cache>/dev-key), as on a developer's machine."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEROLAYER_")}
+    env["ZEROLAYER_BASE_URL"] = url  # the gateway's own port, not ./zl up's 8000
+    if cache is None:
+        env["ZEROLAYER_API_KEY"] = key
+    else:
+        (cache / "dev-key").write_text(key + "\n")
+        env["ZEROLAYER_CACHE_DIR"] = str(cache)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

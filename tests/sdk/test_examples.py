@@ -4,40 +4,12 @@ gets every answer through a plan's concurrency limit."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from zerolayer.engines.fake import FakeEngine
 
 from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "sdk" / "examples"
-
-
-def run(
-    name: str, url: str, key: str, *args: str, stdin: str = "", cache: Path | None = None
-) -> str:
-    """The example's output. With `cache`: the key is not given, the example finds it where
-    `./zl up` keeps it (<cache>/dev-key), as on a developer's machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEROLAYER_")}
-    env["ZEROLAYER_BASE_URL"] = url  # the gateway's own port, not ./zl up's 8000
-    if cache is None:
-        env["ZEROLAYER_API_KEY"] = key
-    else:
-        (cache / "dev-key").write_text(key + "\n")
-        env["ZEROLAYER_CACHE_DIR"] = str(cache)
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+from tests.sdk.calls import run_example as run
 
 
 def test_chat_repl_keeps_its_conversation(make_gateway: GatewayFactory, tmp_path: Path) -> None:
