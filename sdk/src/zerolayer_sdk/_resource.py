@@ -34,17 +34,23 @@ class ListBody(pydantic.BaseModel):
 def _page_call(
     path: str,
     params: Mapping[str, Any],
+    cursor: str | None,
     model: type[M],
-    make: Callable[[ListBody, list[M]], Any],
-    **flags: Any,
+    page: Callable[..., Any],
+    fetch: Callable[[str], Any],
+    flags: Mapping[str, Any],
 ) -> Call:
+    """GET of one page of a list (after `cursor`), parsed into `page` (Page or AsyncPage) with
+    `fetch` for the next ones."""
     read = json_as(ListBody)
 
     def parse(response: httpx.Response) -> Any:
         body = read(response)
-        return make(body, [model.model_validate(item) for item in body.data])
+        items = [model.model_validate(item) for item in body.data]
+        return page(items, body.has_more, body.first_id, body.last_id, fetch)
 
-    return Call("GET", path, parse=parse, params=params, **flags)
+    at = {**params, **({"after": cursor} if cursor else {})}
+    return Call("GET", path, parse=parse, params=at, **flags)
 
 
 class SyncAPIResource:
@@ -60,18 +66,13 @@ class SyncAPIResource:
         self, path: str, model: type[M], params: Mapping[str, Any] | None = None, **flags: Any
     ) -> Page[M]:
         """A list: one page, whose iteration fetches the next ones by cursor."""
-
-        def call(cursor: str | None) -> Call:
-            def make(body: ListBody, items: list[M]) -> Page[M]:
-                return Page(items, body.has_more, body.first_id, body.last_id, fetch)
-
-            at = {**(params or {}), **({"after": cursor} if cursor else {})}
-            return _page_call(path, at, model, make, **flags)
+        at = dict(params or {})
 
         def fetch(cursor: str) -> Page[M]:
-            return self._client._send(call(cursor), raw=False)  # type: ignore[no-any-return]
+            call = _page_call(path, at, cursor, model, Page, fetch, flags)
+            return self._client._send(call, raw=False)  # type: ignore[no-any-return]
 
-        return self._send(call((params or {}).get("after")))  # type: ignore[no-any-return]
+        return self._send(_page_call(path, at, at.get("after"), model, Page, fetch, flags))  # type: ignore[no-any-return]
 
 
 class AsyncAPIResource:
@@ -87,18 +88,14 @@ class AsyncAPIResource:
         self, path: str, model: type[M], params: Mapping[str, Any] | None = None, **flags: Any
     ) -> AsyncPaginator[M]:
         """A list: `await` it for the first page, or `async for` over all of its items."""
-
-        def call(cursor: str | None) -> Call:
-            def make(body: ListBody, items: list[M]) -> AsyncPage[M]:
-                return AsyncPage(items, body.has_more, body.first_id, body.last_id, fetch)
-
-            at = {**(params or {}), **({"after": cursor} if cursor else {})}
-            return _page_call(path, at, model, make, **flags)
+        at = dict(params or {})
 
         async def fetch(cursor: str) -> AsyncPage[M]:
-            return await self._client._send(call(cursor), raw=False)  # type: ignore[no-any-return]
+            call = _page_call(path, at, cursor, model, AsyncPage, fetch, flags)
+            return await self._client._send(call, raw=False)  # type: ignore[no-any-return]
 
         async def first() -> AsyncPage[M]:
-            return await self._send(call((params or {}).get("after")))  # type: ignore[no-any-return]
+            call = _page_call(path, at, at.get("after"), model, AsyncPage, fetch, flags)
+            return await self._send(call)  # type: ignore[no-any-return]
 
         return AsyncPaginator(first)

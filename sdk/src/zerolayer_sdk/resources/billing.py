@@ -29,12 +29,12 @@ __all__ = [
 GroupBy = str | Sequence[Literal["day", "key", "model", "tier"]]
 
 
-def _where(tenant: str | None) -> dict[str, Any]:
-    """The base path of a tenant's billing routes: the caller's (/v1) or, with the admin key,
-    any tenant's (/admin/tenants/T)."""
+def _where(tenant: str | None) -> tuple[str, dict[str, Any]]:
+    """The base path of a tenant's billing routes and the call's flags: the caller's (under
+    /v1) or, with the admin key, any tenant's (/admin/tenants/T)."""
     if tenant is None:
-        return {"prefix": "", "flags": {}}
-    return {"prefix": f"/admin/tenants/{tenant}", "flags": {"admin": True, "root": True}}
+        return "", {}
+    return f"/admin/tenants/{tenant}", {"admin": True, "root": True}
 
 
 def usage_call(
@@ -45,7 +45,7 @@ def usage_call(
     key_id: str | None,
 ) -> Call:
     """GET .../usage."""
-    w = _where(tenant)
+    prefix, flags = _where(tenant)
     groups = group_by if group_by is None or isinstance(group_by, str) else ",".join(group_by)
     params = {
         "start": str(start) if start is not None else None,
@@ -53,32 +53,30 @@ def usage_call(
         "group_by": groups,
         "key_id": key_id,
     }
-    return Call(
-        "GET", w["prefix"] + "/usage", parse=json_as(UsageReport), params=params, **w["flags"]
-    )
+    return Call("GET", prefix + "/usage", parse=json_as(UsageReport), params=params, **flags)
 
 
 def invoice_call(tenant: str | None, month: str) -> Call:
     """GET .../invoices/{month}."""
-    w = _where(tenant)
-    return Call("GET", f"{w['prefix']}/invoices/{month}", parse=json_as(Invoice), **w["flags"])
+    prefix, flags = _where(tenant)
+    return Call("GET", f"{prefix}/invoices/{month}", parse=json_as(Invoice), **flags)
 
 
 def export_call(tenant: str | None, month: str, format: str) -> Call:
     """GET .../invoices/{month}/events?format=: the month's usage events as text."""
-    w = _where(tenant)
+    prefix, flags = _where(tenant)
 
     def text(response: httpx.Response) -> str:
         return response.text
 
-    path = f"{w['prefix']}/invoices/{month}/events"
-    return Call("GET", path, parse=text, params={"format": format}, **w["flags"])
+    path = f"{prefix}/invoices/{month}/events"
+    return Call("GET", path, parse=text, params={"format": format}, **flags)
 
 
 def invoices_path(tenant: str | None) -> tuple[str, dict[str, Any]]:
     """GET .../invoices: its path and call flags."""
-    w = _where(tenant)
-    return w["prefix"] + "/invoices", w["flags"]
+    prefix, flags = _where(tenant)
+    return prefix + "/invoices", flags
 
 
 class Usage(SyncAPIResource):
