@@ -46,7 +46,11 @@ def test_redis_killed_while_20_clients_hold_conversations(
     to its answer (none half-added); everysec: the loss is measured and printed."""
     server = EmbeddedRedis(tmp_path / "redis", appendfsync=fsync)  # type: ignore[arg-type]
     server.start()
-    gw = make_gateway(engine=FakeEngine(SCRIPT, delay_s=0.01), store=server.secret_url())
+    # a plan without per-key limits: the gateway's limiter clock is pinned inside one minute, so
+    # on a quick machine the 20 clients' turns would reach the pro plan's 600 requests a minute
+    gw = make_gateway(
+        engine=FakeEngine(SCRIPT, delay_s=0.01), store=server.secret_url(), key_plan="enterprise"
+    )
     acked: dict[str, list[tuple[str, str]]] = {}  # conversation -> (response id, question)
     statuses: dict[int, int] = {}
     stop = threading.Event()
