@@ -158,19 +158,16 @@ def main() -> None:
 
     from ray import serve
     from zerolayer.config import load_config
-    from zerolayer.serve.app import APP_NAME, deployment_name
+    from zerolayer.serve.app import deployment_name
     from zerolayer.serve.launcher import Platform
 
     cfg = fake_config(load_config(), not args.tokenfix_deployment)
     platform = Platform(cfg).start()
     results: dict[str, Any] = {}
     try:
+        tier = deployment_name(cfg.default_model, "baseline")  # the tier's application too
         serve.run(
-            bare_app(
-                APP_NAME,
-                deployment_name(cfg.default_model, "baseline"),
-                str(cfg.model_dir(cfg.default_model)),
-            ),
+            bare_app(tier, tier, str(cfg.model_dir(cfg.default_model))),
             name="bare",
             route_prefix="/bare",
         )

@@ -1,9 +1,9 @@
-"""The gateway path of two revisions, interleaved: whole runs of benchmarks/gateway.py from an older
-commit (old) and from this working tree (new), in pairs whose order is drawn at random, all
-against one Redis server started here (the embedded server as `zerolayer up` starts it, AOF
-fsynced on every write), so only the code differs. Prints full p50 and the full/bare ratio per
-run at 1 and 32 clients, the new/old ratio of full p50 per pair, and their medians; writes
-benchmarks/results/<out>.
+"""The gateway path of two revisions, interleaved: whole runs of this tree's benchmarks/gateway.py
+over an older commit's code (old) and over this working tree's (new), in pairs whose order is
+drawn at random, all against one Redis server started here (the embedded server as `zerolayer
+up` starts it, AOF fsynced on every write), so only the platform's code differs. Prints full
+p50 and the full/bare ratio per run at 1 and 32 clients, the new/old ratio of full p50 per pair,
+and their medians; writes benchmarks/results/<out>.
 
   .venv/bin/python benchmarks/gateway_ab.py --old REV [--pairs 3] [--repeats 3] [--out NAME]
 """
@@ -24,21 +24,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tree: Path, redis_url: str, repeats: int) -> dict[str, Any]:
-    """One whole run of the tree's benchmarks/gateway.py; its results file."""
+def _run(tree: Path, redis_url: str, repeats: int, out: Path) -> dict[str, Any]:
+    """One whole run of this tree's benchmarks/gateway.py over the tree's code (the same
+    measurement for both, only the platform differs); its results file."""
     env = {
         **os.environ,
         "PYTHONPATH": str(tree / "services"),
         "REDIS_URL": redis_url,
     }
+    script = ROOT / "benchmarks" / "gateway.py"
     subprocess.run(
-        [sys.executable, "benchmarks/gateway.py", "--repeats", str(repeats)],
+        [sys.executable, str(script), "--repeats", str(repeats), "--out", str(out)],
         cwd=tree,
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    return json.loads((tree / "benchmarks" / "results" / "gateway.json").read_text())
+    return json.loads(out.read_text())
 
 
 def _figures(result: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -77,7 +79,8 @@ def main() -> None:
             got = {}
             for which in order:
                 tree = old_tree if which == "old" else ROOT
-                got[which] = _figures(_run(tree, server.secret_url(), args.repeats))
+                out = work / f"{which}-{pair}.json"
+                got[which] = _figures(_run(tree, server.secret_url(), args.repeats, out))
                 print(f"pair {pair + 1} {which}: {got[which]}", flush=True)
             runs.append({"pair": pair + 1, "order": order, **got})
     finally:
