@@ -248,9 +248,16 @@ class Flow:
         except RateLimited as exc:
             self.refused(record, target, rid, endpoint, exc, started)
             raise
-        call = Call(record, target, target, r, endpoint=endpoint, started=started, free=True)
-        call.tokens_counted = counted
-        return call
+        return Call(
+            record,
+            target,
+            target,
+            r,
+            endpoint=endpoint,
+            started=started,
+            free=True,
+            tokens_counted=counted,
+        )
 
     def headers(self, call: Call) -> dict[str, str]:
         """The headers of an admitted request's answer: its id and the key's rate limits."""
