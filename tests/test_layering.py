@@ -22,7 +22,13 @@ SERVING = (
     "billing",
 )
 # the only modules outside the compiler that may call it: the launcher's one entry, and the CLI
-COMPILER_CALLERS = ("zerolayer.serve.launcher", "zerolayer.serve.builds", "zerolayer.cli")
+# the launcher and a cluster's prepare step build missing artifacts; the CLI runs the compiler
+COMPILER_CALLERS = (
+    "zerolayer.serve.launcher",
+    "zerolayer.serve.builds",
+    "zerolayer.cluster.prepare",
+    "zerolayer.cli",
+)
 
 
 def _module(path: Path) -> str:
@@ -72,6 +78,7 @@ LAYERS = {
     "gateway": 4,
     "collapse": 5,
     "serve": 6,
+    "cluster": 6,
     "cli": 6,
     "status": 6,
 }

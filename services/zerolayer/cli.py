@@ -1,4 +1,5 @@
-"""The `zerolayer` command: up, status, models import, keys, usage, invoice, collapse."""
+"""The `zerolayer` command: up, status, models import, keys, usage, invoice, collapse,
+cluster."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ def _config(args: argparse.Namespace) -> PlatformConfig:
     if getattr(args, "host", None) is not None:
         overrides["host"] = args.host
     return load_config(platform_dir=args.platform_dir, overrides=overrides)
+
+
+def _cluster_config(args: argparse.Namespace) -> PlatformConfig:
+    """The config a Kubernetes cluster runs: platform/serve/cluster.yaml instead of local.yaml,
+    from the files alone (this machine's REDIS_URL, admin key, ... are not the cluster's)."""
+    return load_config(platform_dir=args.platform_dir, serve_file="cluster.yaml", environment=False)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -403,6 +410,10 @@ def _parser() -> argparse.ArgumentParser:
     from zerolayer.collapse.commands import add_parser as add_collapse
 
     add_collapse(sub, lambda fn: lambda args: fn(args, _config(args)))
+
+    from zerolayer.cluster.commands import add_parser as add_cluster
+
+    add_cluster(sub, _cluster_config)
     return p
 
 

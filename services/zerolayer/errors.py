@@ -9,6 +9,7 @@ __all__ = [
     "ZerolayerError",
     "ConfigError",
     "ArtifactError",
+    "ClusterError",
     "APIError",
     "InvalidRequest",
     "AuthenticationFailed",
@@ -42,6 +43,10 @@ class ConfigError(ZerolayerError):
 
 class ArtifactError(ZerolayerError):
     """A model or tier artifact is missing or broken."""
+
+
+class ClusterError(ZerolayerError):
+    """The Kubernetes API could not be reached, or refused what `zerolayer cluster` asked."""
 
 
 class APIError(ZerolayerError):

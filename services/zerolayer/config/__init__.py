@@ -10,11 +10,17 @@ variables, then CLI flags, and passed down. No other module reads os.environ.
   loader.py           load_config: files, then environment, then flags
 """
 
-from zerolayer.config.loader import default_cache_dir, default_platform_dir, load_config
+from zerolayer.config.loader import (
+    config_from_data,
+    default_cache_dir,
+    default_platform_dir,
+    load_config,
+)
 from zerolayer.config.models import (
     ENGINE_ARTIFACTS,
     ActorOptions,
     AutoscalingConfig,
+    ClusterTier,
     CollapseConfig,
     ModelConfig,
     ModelSource,
@@ -56,6 +62,7 @@ __all__ = [
     "ModelSource",
     "AutoscalingConfig",
     "ActorOptions",
+    "ClusterTier",
     "ShortRequests",
     "TierConfig",
     "CollapseConfig",
@@ -76,4 +83,5 @@ __all__ = [
     "default_platform_dir",
     "default_cache_dir",
     "load_config",
+    "config_from_data",
 ]

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from zerolayer.config.platform_config import PlatformConfig
 from zerolayer.errors import ConfigError
 
-__all__ = ["default_platform_dir", "default_cache_dir", "load_config"]
+__all__ = ["default_platform_dir", "default_cache_dir", "load_config", "config_from_data"]
 
 
 def default_platform_dir() -> Path:
@@ -89,20 +89,48 @@ def _format_validation(exc: ValidationError) -> str:
     return "invalid platform config:\n" + "\n".join(lines)
 
 
+def _read_serve_file(folder: Path, name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A serve file, on top of the one it names in `extends:` (a file of the same folder): the
+    cluster's settings are the local ones plus what differs."""
+    if name in seen:
+        raise ConfigError(f"serve files extend each other in a loop: {' -> '.join(seen + (name,))}")
+    data = _read_yaml(folder / name)
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    return _merge(_read_serve_file(folder, str(base), (*seen, name)), data)
+
+
+def config_from_data(
+    data: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> PlatformConfig:
+    """A config already merged from files (the args of a cluster's Serve application), with the
+    environment of the process on top: REDIS_URL, ZEROLAYER_ADMIN_KEY, ... from the pod."""
+    env = os.environ if env is None else env
+    try:
+        return PlatformConfig.model_validate(_merge(dict(data), _env_overrides(env)))
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc)) from exc
+
+
 def load_config(
     platform_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     serve_file: str = "local.yaml",
+    environment: bool = True,
 ) -> PlatformConfig:
-    """Load the platform config: files in platform_dir, then env, then overrides (CLI flags)."""
+    """Load the platform config: files in platform_dir, then env, then overrides (CLI flags).
+    environment=False leaves env's settings out (the files alone, as a cluster's serve config
+    is generated: a developer's REDIS_URL or admin key must not end up in it)."""
     env = os.environ if env is None else env
     pdir = Path(platform_dir or env.get("ZEROLAYER_PLATFORM_DIR") or default_platform_dir())
     data: dict[str, Any] = {"cache_dir": str(default_cache_dir(env))}
-    data = _merge(data, _read_yaml(pdir / "serve" / serve_file))
+    data = _merge(data, _read_serve_file(pdir / "serve", serve_file))
     data = _merge(data, _read_yaml(pdir / "models.yaml"))
     data = _merge(data, _read_yaml(pdir / "plans.yaml"))
-    data = _merge(data, _env_overrides(env))
+    if environment:
+        data = _merge(data, _env_overrides(env))
     data = _merge(data, dict(overrides or {}))
     try:
         return PlatformConfig.model_validate(data)

@@ -14,6 +14,7 @@ __all__ = [
     "ModelSource",
     "AutoscalingConfig",
     "ActorOptions",
+    "ClusterTier",
     "ENGINE_ARTIFACTS",
     "ShortRequests",
     "TierConfig",
@@ -81,6 +82,20 @@ ENGINE_ARTIFACTS = {
 }
 
 
+class ClusterTier(Strict):
+    """How a tier runs on a Kubernetes cluster (the Helm chart's RayService): the scaling and
+    resources of its replicas on its own worker group, in place of the tier's local ones."""
+
+    autoscaling_config: AutoscalingConfig = Field(
+        default_factory=lambda: AutoscalingConfig(min_replicas=1, max_replicas=4),
+        description="Ray Serve autoscaling of the tier's replicas on the cluster",
+    )
+    ray_actor_options: ActorOptions = Field(
+        default_factory=lambda: ActorOptions(num_cpus=1, num_gpus=1),
+        description="Resources per replica on a GPU cluster (num_gpus is 0 on a CPU-only one)",
+    )
+
+
 class ShortRequests(Strict):
     """A second replica group of a tier for short prompts (length-aware routing): prompts under
     max_prompt_tokens go there, so they do not queue behind long prefills."""
@@ -140,6 +155,10 @@ class TierConfig(Strict):
     )
     short_requests: ShortRequests | None = Field(
         default=None, description="Optional replica group for short prompts (same engine)"
+    )
+    cluster: ClusterTier = Field(
+        default_factory=ClusterTier,
+        description="Scaling and resources on a Kubernetes cluster (zerolayer cluster, helm/)",
     )
     fake_script: list[str] | None = Field(
         default=None, description="Tokens a fake engine replies with (tests only)"

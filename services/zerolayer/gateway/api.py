@@ -148,10 +148,16 @@ def create_app(parts: GatewayParts) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         waits = {str(t): flow.admission.wait_s(str(t)) for t in catalog.served()}
-        text = await parts.metrics.render({"zerolayer_queue_wait_seconds": waits})
-        if parts.live is not None:
-            text += render_live(await parts.live.report([str(t) for t in catalog.served()]))
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        up = "# HELP zerolayer_redis_up 1 when this gateway reaches Redis\n"
+        up += "# TYPE zerolayer_redis_up gauge\nzerolayer_redis_up {}\n"
+        try:
+            text = await parts.metrics.render({"zerolayer_queue_wait_seconds": waits})
+            if parts.live is not None:
+                text += render_live(await parts.live.report([str(t) for t in catalog.served()]))
+        except (RedisError, OSError):
+            # the counters live in Redis: without it there are none, and that is the news
+            return PlainTextResponse(up.format(0), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(up.format(1) + text, media_type="text/plain; version=0.0.4")
 
     app.include_router(chunks_router(parts, catalog, flow))
     if parts.conversations is not None:

@@ -581,6 +581,7 @@ class Flow:
         call.settled = True
         prompt, completion = call.billed(prompt, completion)
         record, target = call.record, call.target
+        self.metrics.inc("finished", str(target), record.plan, status)
         price = None if call.free else self.config.plans[record.plan].prices[target.tier]
         calls = call.job.calls if call.job is not None else 0
         event = UsageEvent(

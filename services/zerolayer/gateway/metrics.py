@@ -31,6 +31,11 @@ _COUNTERS = {
         "Requests admitted to a tier",
         ("tier", "plan"),
     ),
+    "finished": (
+        "zerolayer_requests_finished_total",
+        "Admitted requests by how they ended (ok, engine_error, client_disconnect, shed, ...)",
+        ("tier", "plan", "status"),
+    ),
     "prompt_tokens": (
         "zerolayer_prompt_tokens_total",
         "Prompt tokens read by a tier's engine",

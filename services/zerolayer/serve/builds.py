@@ -70,7 +70,8 @@ class Builds:
                     self.board.set(f"{model}:{tier}", TierState("building", step="queued"))
 
     def start(self, todo: dict[str, list[str]]) -> None:
-        self._thread = threading.Thread(target=self._run, args=(todo,), daemon=True)
+        """Build them in a thread of its own."""
+        self._thread = threading.Thread(target=self.run, args=(todo,), daemon=True)
         self._thread.start()
 
     @property
@@ -93,7 +94,9 @@ class Builds:
         for t in self._deploys:
             t.join(grace_s)
 
-    def _run(self, todo: dict[str, list[str]]) -> None:
+    def run(self, todo: dict[str, list[str]]) -> None:
+        """Build them here, one model after another; returns when every kind is built or
+        failed."""
         for model, kinds in todo.items():
             left = list(kinds)
             while left and not self._stop.is_set():
