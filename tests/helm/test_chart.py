@@ -161,8 +161,11 @@ def test_each_replica_lands_on_its_own_group(render: Any) -> None:
             assert all(tier_resource(tier) not in g.get("resources", {}) for g in others)
             gpus = group["template"]["spec"]["containers"][0]["resources"]["limits"]
             assert gpus["nvidia.com/gpu"] >= dep["ray_actor_options"]["num_gpus"] * per_pod
-            auto = dep["autoscaling_config"]
-            assert 1 <= auto["min_replicas"] <= auto["max_replicas"]
+            # the tier's own range from models.yaml's cluster block, never a local one
+            want = _cluster_config().models[app["args"]["model"]].tiers[tier].cluster
+            assert dep["autoscaling_config"] == want.autoscaling_config.model_dump(
+                exclude_none=True
+            )
     head = rs["rayClusterConfig"]["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == "0"
     assert rs["rayClusterConfig"]["enableInTreeAutoscaling"] is True
