@@ -18,6 +18,7 @@ def test_kernel_settings_reach_the_torch_engine() -> None:
 
 
 def test_a_fake_tier_gets_the_scripted_engine() -> None:
-    tier = TierConfig(engine="fake", artifact="masked", fake_script=["a", "b"])
+    tier = TierConfig(engine="fake", artifact="masked", fake_script=["a", "b"], fake_delay_s=0.5)
     engine = build_engine("/models/m", tier, 512)
     assert isinstance(engine, FakeEngine) and engine.script == ["a", "b"]
+    assert engine.delay_s == 0.5

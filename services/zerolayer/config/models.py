@@ -163,6 +163,9 @@ class TierConfig(Strict):
     fake_script: list[str] | None = Field(
         default=None, description="Tokens a fake engine replies with (tests only)"
     )
+    fake_delay_s: float = Field(
+        default=0.0, ge=0, description="A fake engine's pause before each token (tests only)"
+    )
     canary_kl_limit: float | None = Field(
         default=None,
         gt=0,

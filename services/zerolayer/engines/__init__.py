@@ -27,7 +27,7 @@ def build_engine(
     torch engine builds its CPU kernels as `kernels` says, and samples its steps for the live
     signals as `monitoring` says, against the per-layer `live_thresholds`)."""
     if tier.engine == "fake":
-        return FakeEngine(tier.fake_script)
+        return FakeEngine(tier.fake_script, delay_s=tier.fake_delay_s)
     if tier.engine == "torch":
         from zerolayer.engines.torch_engine import Compiler, TorchEngine
 
