@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from zerolayer.config import PlatformConfig
 
-from tests.gateway.conftest import SCRIPT, Gateway
+from tests.gateway.conftest import SCRIPT, Gateway, GatewayFactory
 
 CHAT = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Capital of France?"}]}
 
@@ -41,6 +43,39 @@ def test_models_lists_bare_and_tier_ids(gateway: Gateway) -> None:
     assert r.json()["object"] == "list"
     tier = next(m for m in r.json()["data"] if m["id"] == "smollm2-135m:baseline")
     assert tier["tier_card"]["tier"] == "baseline" and tier["artifact"] == "dense"
+
+
+def test_models_carry_what_aggregators_ask_for_at_the_callers_prices(
+    make_gateway: GatewayFactory, base_config: PlatformConfig
+) -> None:
+    from zerolayer.gateway.catalog import SUPPORTED_PARAMETERS
+    from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
+
+    gateway = make_gateway(key_plan="free")
+    r = gateway.client.get("/v1/models", headers=gateway.auth)
+    models = {m["id"]: m for m in r.json()["data"]}
+    plan = base_config.plans["free"]
+    assert set(plan.tiers) != set(base_config.models["smollm2-135m"].tiers)  # some outside it
+    for tier in base_config.models["smollm2-135m"].tiers:
+        m = models[f"smollm2-135m:{tier}"]
+        assert m["context_length"] == base_config.models["smollm2-135m"].max_model_len
+        assert m["max_output_tokens"] == m["context_length"] - 1
+        assert m["in_plan"] == (tier in plan.tiers)
+        if tier not in plan.tiers:
+            assert m["pricing"] is None
+            continue
+        price = plan.prices[tier]
+        assert Decimal(m["pricing"]["prompt"]) * 1000 == price.prompt_per_1k
+        assert Decimal(m["pricing"]["completion"]) * 1000 == price.completion_per_1k
+        assert Decimal(m["pricing"]["prompt_per_1k"]) == price.prompt_per_1k
+        assert m["pricing"]["currency"] == "USD"
+    bare = models["smollm2-135m"]
+    assert bare["pricing"] == models[f"smollm2-135m:{plan.default_tier}"]["pricing"]
+    # every listed parameter is one the request bodies take, and none they take is missing
+    fields = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    every_request = {"model", "messages", "prompt", "long_prompt", "n", "logprobs", "top_logprobs"}
+    assert set(SUPPORTED_PARAMETERS) == fields - every_request
+    assert bare["supported_parameters"] == SUPPORTED_PARAMETERS
 
 
 def test_chat_completion_returns_the_engine_text_and_exact_usage(gateway: Gateway) -> None:

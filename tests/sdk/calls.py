@@ -119,6 +119,10 @@ def zerolayer_only(
     with client.responses.create(model=model, input="Hi!", max_output_tokens=4, stream=True) as rs:
         said = "".join(rs.text_stream)
     assert rs.get_final_response().output_text == said
+    listed = {m.id: m for m in client.models.list().data}[model]
+    assert isinstance(listed.pricing, zl.types.Pricing) and listed.pricing.completion_per_1k
+    assert listed.context_length and listed.max_output_tokens == listed.context_length - 1
+    assert "temperature" in (listed.supported_parameters or [])
 
     doc = "Ray Serve routes requests to replicas. " * 60
     whole = client.chunks.create(model=model, input=doc, chunk_tokens=64)

@@ -131,14 +131,15 @@ def create_app(parts: GatewayParts) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        await authorise(request, parts.lookup_key)
+        record = await authorise(request, parts.lookup_key)
         states = await flow.states() or {}
         ready = [t for t in catalog.served() if state_of(states, t).ready]
         cards = await parts.backend.cards(ready)
         if parts.live is not None:  # the live signals' verdicts go on each card
             report = await parts.live.report([str(t) for t in cards])
             cards = {t: {**c, "monitoring": report.get(str(t), {})} for t, c in cards.items()}
-        return {"object": "list", "data": catalog.cards(int(time.time()), cards, states)}
+        data = catalog.cards(int(time.time()), cards, states, record.plan)
+        return {"object": "list", "data": data}
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zerolayer.config import PlanConfig, PlatformConfig
+from zerolayer.config import PlanConfig, PlatformConfig, TierPrice
 from zerolayer.errors import (
     APIError,
     ModelNotFound,
@@ -21,7 +21,37 @@ from zerolayer.store.tiers import TierState, state_of
 BUILDING_RETRY_S = 30.0  # Retry-After of a tier still building (builds take minutes)
 STARTING_RETRY_S = 10.0  # of a tier whose replica is loading the model
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "SUPPORTED_PARAMETERS", "pricing"]
+
+# The sampling parameters every tier takes (the request bodies' fields, less the ones every
+# request has or that only take their default: model, messages/prompt, n, logprobs), as model
+# aggregators list them
+SUPPORTED_PARAMETERS = [
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "user",
+]
+
+
+def pricing(price: TierPrice) -> dict[str, str]:
+    """A tier's prices for a plan as aggregators ask for them: USD per token (decimal text),
+    and per 1K tokens as the plan states them."""
+    per_token = {
+        "prompt": price.prompt_per_1k,
+        "cached_prompt": price.cached,
+        "completion": price.completion_per_1k,
+    }
+    return {
+        "currency": "USD",
+        **{k: format(v / 1000, "f") for k, v in per_token.items()},
+        **price.applied(),
+    }
 
 
 class Catalog:
@@ -81,11 +111,31 @@ class Catalog:
         created: int,
         tier_cards: dict[Target, dict[str, Any]] | None = None,
         states: Mapping[str, TierState] | None = None,
+        plan: str | None = None,
     ) -> list[dict[str, Any]]:
         """OpenAI model objects for /v1/models; each tier with its state (status, and a
-        build's step and progress) and its tier card when known."""
+        build's step and progress) and its tier card when known. With the caller's `plan`,
+        also what model aggregators ask a provider for: the plan's prices (null for a tier
+        outside it; a bare id has its default tier's), context length, most output tokens and
+        the supported parameters."""
         tier_cards, states = tier_cards or {}, states or {}
+        plan_cfg = self.config.plans.get(plan) if plan else None
         out = []
+
+        def listing(model: Any, tier: str | None) -> dict[str, Any]:
+            if plan_cfg is None:
+                return {}
+            tier = tier or plan_cfg.default_tier
+            price = plan_cfg.prices.get(tier) if tier in plan_cfg.tiers else None
+            return {
+                "in_plan": price is not None,
+                "pricing": pricing(price) if price else None,
+                "context_length": model.max_model_len,
+                # a prompt takes at least one token of the context
+                "max_output_tokens": model.max_model_len - 1,
+                "supported_parameters": SUPPORTED_PARAMETERS,
+            }
+
         for name, model in self.config.models.items():
             out.append(
                 {
@@ -95,6 +145,7 @@ class Catalog:
                     "owned_by": "zerolayer",
                     "description": model.description,
                     "max_model_len": model.max_model_len,
+                    **listing(model, None),
                 }
             )
             for tier, tc in model.tiers.items():
@@ -109,6 +160,7 @@ class Catalog:
                         "engine": tc.engine,
                         "artifact": tc.artifact,
                         "max_model_len": model.max_model_len,
+                        **listing(model, tier),
                         **state_of(states, Target(name, tier)).public(),
                         "tier_card": tier_cards.get(Target(name, tier)),
                     }

@@ -52,6 +52,7 @@ from .invoices import (
 )
 from .models import (
     Model,
+    Pricing,
     TierCard,
 )
 from .responses import (
@@ -116,6 +117,7 @@ __all__ = [
     "ConversationItemList",
     "TierCard",
     "Model",
+    "Pricing",
     "UsageTotals",
     "UsageRow",
     "UsageReport",

@@ -6,7 +6,7 @@ from typing import Any
 
 from .._models import BaseModel
 
-__all__ = ["TierCard", "Model"]
+__all__ = ["TierCard", "Pricing", "Model"]
 
 
 class TierCard(BaseModel):
@@ -21,6 +21,19 @@ class TierCard(BaseModel):
     quality: dict[str, Any] | None = None
     budget_ppl_delta: float | None = None
     monitoring: dict[str, Any] | None = None
+
+
+class Pricing(BaseModel):
+    """A tier's prices for the caller's plan, in USD as decimal text: per token (`prompt`,
+    `cached_prompt`, `completion`) and per 1K tokens (`prompt_per_1k`, ...)."""
+
+    currency: str = "USD"
+    prompt: str | None = None
+    cached_prompt: str | None = None
+    completion: str | None = None
+    prompt_per_1k: str | None = None
+    cached_prompt_per_1k: str | None = None
+    completion_per_1k: str | None = None
 
 
 class Model(BaseModel):
@@ -43,6 +56,11 @@ class Model(BaseModel):
     progress: float | None = None
     reason: str | None = None
     tier_card: TierCard | None = None
+    in_plan: bool | None = None
+    pricing: Pricing | None = None  # None for a tier outside the caller's plan
+    context_length: int | None = None
+    max_output_tokens: int | None = None
+    supported_parameters: list[str] | None = None
 
     @property
     def ready(self) -> bool:
