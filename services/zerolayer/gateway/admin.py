@@ -76,6 +76,11 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         except UnknownTenant as exc:
             raise TenantNotFound(str(exc), param="tenant") from exc
 
+    @router.get("/account")
+    async def admin_account(request: Request) -> dict[str, Any]:
+        guard(request)
+        return {"object": "account", "admin": True, "plans": list(cfg.plans)}
+
     @router.post("/keys", status_code=201, openapi_extra=body_schema(CreateKeyRequest))
     async def create_key(request: Request) -> JSONResponse:
         store = guard(request)

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from zerolayer.errors import APIError, InvalidRequest, StoreUnavailable, openai_error_body
+from zerolayer.gateway.account import account_router
 from zerolayer.gateway.admin import admin_router
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import chunks_router
@@ -175,6 +176,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
 
         add_billing_routes(billing, "/v1", caller, parts.ledger)
         app.include_router(billing)
+    app.include_router(account_router(parts))
     app.include_router(admin_router(parts))
     install_schema(app, BODY_MODELS)
     idem = cfg.idempotency

@@ -321,7 +321,8 @@ class Limiter:
     def _pinned_ms(self) -> int:
         return int(self.clock() * 1000) if self.clock is not None else 0
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """The time the limits count in (the pinned clock in tests, else this machine's)."""
         return self.clock() if self.clock is not None else time.time()
 
     async def request(
@@ -342,7 +343,7 @@ class Limiter:
         status, now = _text(status), int(now_ms) / 1000
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
-        return Reservation(key_id, request_id, int(now // 60), day_of(self._now()), int(used))
+        return Reservation(key_id, request_id, int(now // 60), day_of(self.now()), int(used))
 
     async def reserve(
         self,
@@ -359,7 +360,7 @@ class Limiter:
         (-1 when the plan has no token limit)."""
         lim = plan.limits
         budget = lim.budget_nanos
-        now = self._now()
+        now = self.now()
         month_left = month_of(now)[1]
         month = r.month or month_of(now)[0]
         status, used = await self._reserve(

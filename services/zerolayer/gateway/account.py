@@ -1,0 +1,65 @@
+"""GET /v1/account: what a key may see of itself (its record, its plan's tiers, prices and
+limits, this month's spend against its budget), as providers' dashboards show it; and GET
+/admin/account, which answers 200 to the admin key alone (the console asks it to tell an
+operator from a customer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from zerolayer.config import PlanConfig, usd_text
+from zerolayer.errors import PermissionDenied
+from zerolayer.gateway.http import authorise
+from zerolayer.gateway.limits import month_of
+from zerolayer.gateway.parts import GatewayParts
+
+__all__ = ["account_router", "plan_view"]
+
+
+def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
+    """A plan as its keys see it: tiers, default, prices per 1K tokens, limits (null: none)."""
+    lim = plan.limits
+    return {
+        "name": name,
+        "description": plan.description,
+        "tiers": plan.tiers,
+        "default_tier": plan.default_tier,
+        "prices": {t: plan.prices[t].applied() for t in plan.tiers},
+        "limits": {
+            "requests_per_minute": lim.requests_per_minute,
+            "tokens_per_minute": lim.tokens_per_minute,
+            "concurrent_requests": lim.concurrent_requests,
+            "monthly_budget_usd": (
+                None if lim.monthly_budget_usd is None else format(lim.monthly_budget_usd, "f")
+            ),
+        },
+    }
+
+
+def account_router(parts: GatewayParts) -> APIRouter:
+    """The route of GET /v1/account."""
+    router = APIRouter()
+
+    @router.get("/v1/account")
+    async def account(request: Request) -> dict[str, Any]:
+        record = await authorise(request, parts.lookup_key)
+        plan = parts.config.plans.get(record.plan)
+        if plan is None:
+            raise PermissionDenied(f"this key's plan {record.plan!r} no longer exists")
+        month, _ = month_of(parts.limiter.now())
+        spent = await parts.limiter.spent(record.key_id, month)
+        budget = plan.limits.budget_nanos
+        return {
+            "object": "account",
+            "key": record.public(),
+            "plan": plan_view(record.plan, plan),
+            "month": month,
+            # what the key's requests of the month cost, those in flight at their worst case
+            "spent_usd": usd_text(spent),
+            "budget_usd": None if budget is None else usd_text(budget),
+            "remaining_usd": None if budget is None else usd_text(max(0, budget - spent)),
+        }
+
+    return router
