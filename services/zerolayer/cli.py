@@ -58,6 +58,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         print(
             f"\nzerolayer is up.\n  base URL: {platform.base_url}\n  API key:  {shown}\n"
             f"  admin key: in {platform.admin_key_source}\n"
+            f"  console:  {platform.base_url.removesuffix('/v1')}/console\n"
             f'  try: curl {platform.base_url}/models -H "Authorization: Bearer {key}"\n'
             "Press Ctrl-C to stop.",
             flush=True,

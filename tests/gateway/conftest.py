@@ -192,6 +192,8 @@ def make_gateway(
         wrap: Callable[[Any], Any] | None = None,
         board: bool = False,
         traffic: dict[str, Any] | None = None,
+        settings: dict[str, Any] | None = None,
+        engines: dict[str, FakeEngine] | None = None,
     ) -> Gateway:
         url = store or redis_url  # another Redis (with its credentials), for fault tests
         cfg = base_config.model_copy(
@@ -202,6 +204,7 @@ def make_gateway(
                 "gateway": base_config.gateway.model_copy(
                     update={"admin_key_sha256": hash_key(ADMIN_KEY), **(gateway or {})}
                 ),
+                **(settings or {}),  # other top-level settings (artifacts_dir, ...)
             }
         )
         if tiers:  # a new models dict: the session's base_config stays as it is
@@ -224,7 +227,8 @@ def make_gateway(
         }
         for tier in cfg.models["smollm2-135m"].tiers:  # the other tiers: engines of their own
             t = Target("smollm2-135m", tier)
-            replicas.setdefault(t, TierReplica(str(t), FakeEngine(SCRIPT), vocab, 2048))
+            own = (engines or {}).get(tier) or FakeEngine(SCRIPT)
+            replicas.setdefault(t, TierReplica(str(t), own, vocab, 2048))
         backend = LocalBackend(replicas, tokenfix, chunking)
         aclient = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
         ts = cfg.traffic_sampling

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -273,3 +274,53 @@ def test_engine_failure_without_stream_is_503_not_500(gateway: Gateway) -> None:
 def test_healthz(gateway: Gateway) -> None:
     r = gateway.client.get("/healthz")
     assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_models_show_each_tiers_measured_speed(
+    make_gateway: GatewayFactory, base_config: PlatformConfig
+) -> None:
+    from zerolayer.config import PlanConfig
+    from zerolayer.engines.fake import FakeEngine
+
+    # a tier of its own: the session's Redis holds other tests' counts of the usual tiers
+    tier = f"speed{uuid.uuid4().hex[:8]}"
+    tc = base_config.models["smollm2-135m"].tiers["baseline"]
+    price = base_config.plans["pro"].prices["baseline"]
+    plans = {"speed": PlanConfig(tiers=[tier], default_tier=tier, prices={tier: price})}
+    gw = make_gateway(
+        engines={tier: FakeEngine(SCRIPT, delay_s=0.01)},  # at most 100 tokens a second
+        tiers={tier: tc},
+        plans=plans,
+        key_plan="speed",
+    )
+    tid = f"smollm2-135m:{tier}"
+
+    def speed() -> dict[str, Any]:
+        listed = gw.client.get("/v1/models", headers=gw.auth).json()["data"]
+        return next(m for m in listed if m["id"] == tid)["speed"]
+
+    assert speed() == {"tokens_per_s": None, "ttft_s": None, "requests": 0}
+    for _ in range(2):
+        r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "model": tid})
+        assert r.status_code == 200, r.text
+    gw.settled()
+    got = speed()
+    assert got["requests"] == 2 and 0 < got["tokens_per_s"] <= 100 * 1.01
+    assert got["ttft_s"] is not None and got["ttft_s"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("card", "share", "of"),
+    [
+        ({"method": "dense"}, 0.0, "dense"),
+        ({"mlp_flops_removed": 0.31, "mlp_params_removed": 0.3}, 0.31, "MLP FLOPs"),
+        ({"weights_24": 0.6, "mlp_weights_24": 0.8}, 0.3, "2:4"),
+        ({"activation_sparsity": 0.42}, 0.42, "per token"),
+    ],
+)
+def test_compute_removed_reads_each_artifacts_card(card: Any, share: float, of: str) -> None:
+    from zerolayer.gateway.catalog import compute_removed
+
+    got = compute_removed(card)
+    assert got is not None and got["share"] == share and of in got["of"]
+    assert compute_removed(None) is None

@@ -7,19 +7,18 @@ Guarded by the admin key (its SHA-256 is in the gateway config; the key itself n
 from __future__ import annotations
 
 import asyncio
-import hmac
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, PermissionDenied
-from zerolayer.gateway.http import read_json
+from zerolayer.gateway.http import is_admin, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 from zerolayer.gateway.usage import add_billing_routes
-from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant, hash_key
+from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant
 
 __all__ = ["admin_router"]
 
@@ -54,8 +53,7 @@ def admin_router(parts: GatewayParts) -> APIRouter:
                 "(or let `zerolayer up` make <cache>/admin-key)",
                 code="admin_disabled",
             )
-        scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(hash_key(key.strip()), expected):
+        if not is_admin(request, expected):
             raise AuthenticationFailed(
                 "the admin key is missing or wrong", code="invalid_admin_key"
             )

@@ -22,11 +22,19 @@ from zerolayer.gateway.account import account_router
 from zerolayer.gateway.admin import admin_router
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import chunks_router
+from zerolayer.gateway.console import console_router
 from zerolayer.gateway.conversations import conversations_router
 from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.http import authorise, error_response, read_json, validation_message
+from zerolayer.gateway.http import (
+    authorise,
+    authorise_reader,
+    error_response,
+    read_json,
+    validation_message,
+)
 from zerolayer.gateway.idempotency import Idempotency
 from zerolayer.gateway.live import render_live
+from zerolayer.gateway.metrics import tier_stats
 from zerolayer.gateway.openapi import body_schema, install_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.response_bodies import (
@@ -43,6 +51,7 @@ from zerolayer.gateway.schemas import (
     CompletionRequest,
     CreateKeyRequest,
 )
+from zerolayer.gateway.silence import silence_router
 from zerolayer.gateway.usage import add_billing_routes
 from zerolayer.store.tiers import state_of
 
@@ -132,14 +141,16 @@ def create_app(parts: GatewayParts) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        record = await authorise(request, parts.lookup_key)
+        record = await authorise_reader(request, parts.lookup_key, cfg.gateway.admin_key_sha256)
         states = await flow.states() or {}
         ready = [t for t in catalog.served() if state_of(states, t).ready]
         cards = await parts.backend.cards(ready)
         if parts.live is not None:  # the live signals' verdicts go on each card
             report = await parts.live.report([str(t) for t in cards])
             cards = {t: {**c, "monitoring": report.get(str(t), {})} for t, c in cards.items()}
-        data = catalog.cards(int(time.time()), cards, states, record.plan)
+        measured = await tier_stats(parts.metrics)
+        plan = record and record.plan  # the admin key has no plan: no prices
+        data = catalog.cards(int(time.time()), cards, states, plan, measured)
         return {"object": "list", "data": data}
 
     @app.get("/healthz")
@@ -177,6 +188,8 @@ def create_app(parts: GatewayParts) -> FastAPI:
         add_billing_routes(billing, "/v1", caller, parts.ledger)
         app.include_router(billing)
     app.include_router(account_router(parts))
+    app.include_router(console_router())
+    app.include_router(silence_router(parts))
     app.include_router(admin_router(parts))
     install_schema(app, BODY_MODELS)
     idem = cfg.idempotency

@@ -21,7 +21,7 @@ from zerolayer.store.tiers import TierState, state_of
 BUILDING_RETRY_S = 30.0  # Retry-After of a tier still building (builds take minutes)
 STARTING_RETRY_S = 10.0  # of a tier whose replica is loading the model
 
-__all__ = ["Catalog", "SUPPORTED_PARAMETERS", "pricing"]
+__all__ = ["Catalog", "SUPPORTED_PARAMETERS", "pricing", "compute_removed"]
 
 # The sampling parameters every tier takes (the request bodies' fields, less the ones every
 # request has or that only take their default: model, messages/prompt, n, logprobs), as model
@@ -112,13 +112,15 @@ class Catalog:
         tier_cards: dict[Target, dict[str, Any]] | None = None,
         states: Mapping[str, TierState] | None = None,
         plan: str | None = None,
+        measured: Mapping[str, Mapping[str, float | None]] | None = None,
     ) -> list[dict[str, Any]]:
         """OpenAI model objects for /v1/models; each tier with its state (status, and a
         build's step and progress) and its tier card when known. With the caller's `plan`,
         also what model aggregators ask a provider for: the plan's prices (null for a tier
         outside it; a bare id has its default tier's), context length, most output tokens and
-        the supported parameters."""
-        tier_cards, states = tier_cards or {}, states or {}
+        the supported parameters. `measured`: per tier id, what the gateways measured of its
+        requests (gateway.metrics.tier_stats), shown as its speed."""
+        tier_cards, states, measured = tier_cards or {}, states or {}, measured or {}
         plan_cfg = self.config.plans.get(plan) if plan else None
         out = []
 
@@ -162,10 +164,44 @@ class Catalog:
                         "max_model_len": model.max_model_len,
                         **listing(model, tier),
                         **state_of(states, Target(name, tier)).public(),
+                        "speed": _speed(measured.get(str(Target(name, tier)))),
+                        "compute_removed": compute_removed(tier_cards.get(Target(name, tier))),
                         "tier_card": tier_cards.get(Target(name, tier)),
                     }
                 )
         return out
+
+
+def compute_removed(card: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a tier's artifact takes off the dense model's work, from its card: a share and what
+    it is a share of (None while no card is known)."""
+    if not card:
+        return None
+    if "mlp_flops_removed" in card:  # masked, pruned: MLP channels cut
+        return {"share": card["mlp_flops_removed"], "of": "MLP FLOPs, removed"}
+    if "weights_24" in card:  # 2:4: half of the chosen weights skipped by sparse tensor cores
+        return {
+            "share": round(card["weights_24"] / 2, 5),
+            "of": "weight multiply-adds, skipped on 2:4 sparse tensor cores",
+        }
+    if "activation_sparsity" in card:  # dynamic: measured per token
+        return {
+            "share": card["activation_sparsity"],
+            "of": "MLP down_proj inputs, skipped per token (measured)",
+        }
+    return {"share": 0.0, "of": "nothing: the dense model"}
+
+
+def _speed(stats: Mapping[str, float | None] | None) -> dict[str, Any]:
+    """A tier's measured speed: output tokens per second after the first token, seconds to the
+    first token (means over its requests so far; None before any), and how many requests."""
+    stats = stats or {}
+    tps, ttft = stats.get("tokens_per_s"), stats.get("ttft_s")
+    return {
+        "tokens_per_s": None if tps is None else round(tps, 2),
+        "ttft_s": None if ttft is None else round(ttft, 4),
+        "requests": int(stats.get("requests") or 0),
+    }
 
 
 def _no_dearer(plan: PlanConfig, default: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,13 +26,15 @@ from zerolayer.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
-from zerolayer.store.keys import ApiKeyRecord
+from zerolayer.store.keys import ApiKeyRecord, hash_key
 
 __all__ = [
     "KeyLookup",
     "error_response",
     "validation_message",
     "authorise",
+    "is_admin",
+    "authorise_reader",
     "read_body",
     "read_json",
     "ClosingStream",
@@ -51,10 +54,14 @@ def error_response(exc: APIError) -> JSONResponse:
 def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
     """(message, param) of pydantic's validation errors: the first one, and how many more."""
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body",)]
+    raw = [str(p) for p in first.get("loc", ())]
+    what = {"path": "path parameter", "query": "query parameter"}.get(raw[0] if raw else "")
+    loc = raw[1:] if what or raw[:1] == ["body"] else raw
     param = ".".join(loc) or None
-    where = f" at '{param}'" if param else ""
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    if what:
+        return f"invalid {what} '{param}': {first.get('msg', 'invalid value')}{more}", param
+    where = f" at '{param}'" if param else ""
     return f"invalid request body{where}: {first.get('msg', 'invalid value')}{more}", param
 
 
@@ -71,6 +78,24 @@ async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
     if record is None or record.revoked:
         raise AuthenticationFailed("the API key is unknown or revoked")
     return record
+
+
+def is_admin(request: Request, admin_sha256: str | None) -> bool:
+    """Whether the request's bearer key is the admin key (whose SHA-256 the config holds)."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if admin_sha256 is None or scheme.lower() != "bearer" or not key.strip():
+        return False
+    return hmac.compare_digest(hash_key(key.strip()), admin_sha256)
+
+
+async def authorise_reader(
+    request: Request, lookup_key: KeyLookup, admin_sha256: str | None
+) -> ApiKeyRecord | None:
+    """For the routes that read the catalogue (models, silence maps): an API key's record, or
+    None for the admin key; 401 for anything else."""
+    if is_admin(request, admin_sha256):
+        return None
+    return await authorise(request, lookup_key)
 
 
 async def _capped(request: Request, max_bytes: int) -> bytes:

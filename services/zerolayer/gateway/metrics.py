@@ -13,7 +13,7 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
-__all__ = ["Metrics"]
+__all__ = ["Metrics", "tier_stats"]
 
 _COUNTERS = {
     "shed": (
@@ -166,6 +166,49 @@ class Metrics:
             lines += [f"# HELP {name} Measured on this gateway replica", f"# TYPE {name} gauge"]
             lines += [f'{name}{{tier="{_escape(t)}"}} {v:.6f}' for t, v in sorted(by_tier.items())]
         return "\n".join(lines) + "\n"
+
+
+async def _by_tier(client: aioredis.Redis, key: str) -> dict[str, float]:
+    """A counter hash summed per tier (its first label) over its other labels."""
+    out: dict[str, float] = {}
+    for raw, value in (await client.hgetall(key)).items():
+        tier = raw.decode().split(_SEP)[0]
+        out[tier] = out.get(tier, 0.0) + float(value)
+    return out
+
+
+async def tier_stats(metrics: Metrics) -> dict[str, dict[str, float | None]]:
+    """Per tier, over every plan since the counters began: requests admitted and shed, tokens,
+    and the mean time to first token and per output token (None before a first request)."""
+    await metrics.flush()
+    c = metrics.client
+    got = {name: await _by_tier(c, f"zl:metrics:{name}") for name in _COUNTERS if name != "limited"}
+    for h in _HISTOGRAMS:
+        counts: dict[str, float] = {}
+        for raw, n in (await c.hgetall(f"zl:metrics:h:{h}")).items():
+            tier = raw.decode().split(_SEP)[0]
+            counts[tier] = counts.get(tier, 0.0) + float(n)
+        got[f"{h}_count"] = counts
+        got[f"{h}_sum"] = await _by_tier(c, f"zl:metrics:h:{h}:sum")
+    tiers = set().union(*got.values())
+    out: dict[str, dict[str, float | None]] = {}
+    for t in sorted(tiers):
+
+        def mean(h: str, tier: str = t) -> float | None:
+            n = got[f"{h}_count"].get(tier, 0.0)
+            return got[f"{h}_sum"].get(tier, 0.0) / n if n else None
+
+        tpot = mean("tpot")
+        out[t] = {
+            "requests": got["requests"].get(t, 0.0),
+            "shed": got["shed"].get(t, 0.0),
+            "prompt_tokens": got["prompt_tokens"].get(t, 0.0),
+            "completion_tokens": got["completion_tokens"].get(t, 0.0),
+            "ttft_s": mean("ttft"),
+            "tpot_s": tpot,
+            "tokens_per_s": 1 / tpot if tpot else None,
+        }
+    return out
 
 
 def _histogram_lines(
