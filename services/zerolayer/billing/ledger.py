@@ -42,12 +42,14 @@ __all__ = [
     "APPLY_LUA",
     "READ_LUA",
     "GROUPS",
+    "REQUEST_COLUMNS",
     "Ledger",
     "Totals",
     "invoice_csv",
     "month_bounds",
     "parse_day",
     "parse_month",
+    "request_row",
 ]
 
 TENANTS = "zl:bill:tenants"
@@ -397,6 +399,67 @@ EVENT_COLUMNS = (
 )
 
 
+REQUEST_COLUMNS = (
+    "id",
+    "time",
+    "key_id",
+    "model",
+    "tier",
+    "endpoint",
+    "status",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "latency_ms",
+)
+
+
+def request_row(event: dict[str, Any]) -> dict[str, Any]:
+    """One usage event as a line of the request log."""
+    d = event.get("data") or {}
+    return {
+        "id": event.get("id"),
+        "time": event.get("time"),
+        **{k: d.get(k) for k in REQUEST_COLUMNS[2:-1]},
+        "latency_ms": d.get("duration_ms"),
+    }
+
+
+def _month_of(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m")
+
+
+def _previous_month(month: str) -> str:
+    y, m = int(month[:4]), int(month[5:7])
+    return f"{y - (m == 1):04d}-{(m - 2) % 12 + 1:02d}"
+
+
+def _epoch(text: str) -> float:
+    try:
+        return (
+            datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
+            .replace(tzinfo=timezone.utc)
+            .timestamp()
+        )
+    except ValueError:
+        return 0.0
+
+
+def _cursor(text: str) -> tuple[str, int]:
+    month, _, at = text.partition(":")
+    try:
+        parse_month(month)
+        position = int(at)
+    except (InvalidRequest, ValueError):
+        position = -2
+    if position < -1:
+        raise InvalidRequest(
+            f"cursor {text!r} is not one a page of the request log gave", param="cursor"
+        )
+    return month, position
+
+
 def event_row(text: str) -> dict[str, Any]:
     """One exported event as a flat CSV row."""
     e = json.loads(text)
@@ -571,6 +634,51 @@ class Ledger:
             return False
         await self.invoice(tenant, month)  # computed and kept once
         return True
+
+    async def recent(
+        self,
+        tenant: str,
+        now: float,
+        days: int,
+        limit: int,
+        cursor: str | None = None,
+        key_id: str | None = None,
+        page: int = 200,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The request log: the tenant's events of the last `days` days, newest first, as
+        rows (REQUEST_COLUMNS), `limit` at most, after `cursor` (the previous page's
+        next_cursor, "<YYYY-MM>:<position>"); and the next page's cursor (None: no more).
+        Events are listed in the order they were counted, close to the order they ended; the
+        walk back stops at the first one a day older than the range."""
+        cutoff = now - days * 86400
+        first_month = _month_of(cutoff)
+        if cursor is None:
+            month, at = _month_of(now), None
+        else:
+            month, at = _cursor(cursor)
+        rows: list[dict[str, Any]] = []
+        while True:
+            name = self._base(tenant) + "events:" + month
+            if at is None:
+                at = await self.client.llen(name) - 1
+            while at >= 0:
+                got = await self.client.lrange(name, max(0, at - page + 1), at)
+                for text in reversed(got):
+                    e = json.loads(text)
+                    ended = _epoch(e.get("time", ""))
+                    if ended < cutoff - 86400:
+                        return rows, None
+                    at -= 1
+                    data = e.get("data") or {}
+                    if ended < cutoff or (key_id is not None and data.get("key_id") != key_id):
+                        continue
+                    rows.append(request_row(e))
+                    if len(rows) == limit:
+                        more = at >= 0 or month > first_month
+                        return rows, f"{month}:{at}" if more else None
+            if month <= first_month:
+                return rows, None
+            month, at = _previous_month(month), None
 
     async def events(self, tenant: str, month: str, page: int = 1000) -> AsyncIterator[str]:
         """The month's events as they were counted (JSON text), oldest first."""

@@ -10,7 +10,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fastapi import Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -41,6 +41,7 @@ __all__ = [
     "Cursor",
     "cursor",
     "found",
+    "query_value",
 ]
 
 KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
@@ -203,3 +204,28 @@ def cursor(
 ) -> Cursor:
     """The query parameters of a list route (a FastAPI dependency)."""
     return Cursor(limit, order, after)
+
+
+_V = TypeVar("_V", int, float)
+
+
+def query_value(
+    request: Request,
+    name: str,
+    default: _V,
+    parse: Callable[[str], _V],
+    ok: Callable[[_V], bool],
+    takes: str,
+) -> _V:
+    """A query parameter parsed and checked, or its default when absent; a 400 naming it and
+    what it takes (`takes`) otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise InvalidRequest(f"{name} takes {takes} (got {raw!r})", param=name)
+    return value

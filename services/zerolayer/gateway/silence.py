@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 
 from zerolayer.artifacts.silence_map import SilenceMap
 from zerolayer.errors import APIError, InvalidRequest, ModelNotFound
-from zerolayer.gateway.http import authorise_reader
+from zerolayer.gateway.http import authorise_reader, query_value
 from zerolayer.gateway.parts import GatewayParts
 
 __all__ = ["SilenceMaps", "silence_router"]
@@ -39,16 +39,9 @@ class SilenceMapNotFound(APIError):
 
 
 def _share(request: Request, name: str, default: float) -> float:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise InvalidRequest(f"{name} takes a number between 0 and 1 (got {raw!r})", param=name)
-    return value
+    return query_value(
+        request, name, default, float, lambda v: 0 < v < 1, "a number between 0 and 1"
+    )
 
 
 class SilenceMaps:

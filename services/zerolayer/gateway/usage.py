@@ -6,6 +6,9 @@ and under /admin/tenants/{tenant} for any tenant (the admin key).
   GET .../invoices                          every month with usage: status and total
   GET .../invoices/{YYYY-MM}[?format=csv]   line items per model, tier and prices, totals
   GET .../invoices/{YYYY-MM}/events?format=jsonl|csv   the month's usage events, for export
+  GET .../requests?days=7&limit=50&cursor=&key_id=&format=json|csv
+      the request log: the last days' requests, newest first (time, model, tier, status,
+      tokens, cost, latency), a page at a time; as CSV, the whole range
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from zerolayer.billing.ledger import (
     EVENT_COLUMNS,
+    REQUEST_COLUMNS,
     Ledger,
     event_row,
     invoice_csv,
@@ -30,6 +34,7 @@ from zerolayer.billing.ledger import (
     parse_month,
 )
 from zerolayer.errors import InvalidRequest
+from zerolayer.gateway.http import query_value
 
 __all__ = ["Who", "add_billing_routes"]
 
@@ -69,6 +74,14 @@ async def _jsonl(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
         yield text.encode() + b"\n"
 
 
+def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
+    return query_value(request, name, default, int, lambda v: low <= v <= high, f"{low} to {high}")
+
+
+LOG_DAYS = 90  # how far back the request log reads
+LOG_CSV_ROWS = 100_000  # the most rows one CSV export of it holds
+
+
 def add_billing_routes(
     router: APIRouter,
     base: str,
@@ -85,6 +98,43 @@ def add_billing_routes(
         groups = [g for g in request.query_params.get("group_by", "day").split(",") if g]
         key_id = request.query_params.get("key_id") or None
         return await ledger.usage(tenant, first, last, groups, key_id)
+
+    @router.get(base + "/requests")
+    async def requests_log(request: Request) -> Response:
+        tenant = await who(request)
+        fmt = _format(request, ("json", "csv"))
+        days = _bounded(request, "days", 7, 1, LOG_DAYS)
+        key_id = request.query_params.get("key_id") or None
+        now = clock()
+        if fmt == "json":
+            limit = _bounded(request, "limit", 50, 1, 500)
+            cursor = request.query_params.get("cursor") or None
+            rows, more = await ledger.recent(tenant, now, days, limit, cursor, key_id)
+            body = {"object": "list", "data": rows, "has_more": more is not None}
+            return Response(
+                json.dumps({**body, "next_cursor": more}), media_type="application/json"
+            )
+
+        async def lines() -> AsyncIterator[bytes]:
+            out = io.StringIO()
+            w = csv.DictWriter(out, REQUEST_COLUMNS, lineterminator="\n")
+            w.writeheader()
+            cursor, sent = None, 0
+            while sent < LOG_CSV_ROWS:
+                rows, cursor = await ledger.recent(tenant, now, days, 1000, cursor, key_id)
+                w.writerows(rows)
+                sent += len(rows)
+                yield out.getvalue().encode()
+                out.seek(0)
+                out.truncate()
+                if cursor is None:
+                    break
+
+        return StreamingResponse(
+            lines(),
+            media_type="text/csv",
+            headers={"content-disposition": f'attachment; filename="requests-{days}d.csv"'},
+        )
 
     @router.get(base + "/invoices")
     async def invoices(request: Request) -> dict[str, Any]:
