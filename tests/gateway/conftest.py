@@ -23,6 +23,7 @@ from zerolayer.conversations import ConversationStore
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.gateway.api import create_app
 from zerolayer.gateway.limits import Limiter
+from zerolayer.gateway.live import LiveSignals
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.protocol import Target
@@ -194,6 +195,7 @@ def make_gateway(
         traffic: dict[str, Any] | None = None,
         settings: dict[str, Any] | None = None,
         engines: dict[str, FakeEngine] | None = None,
+        live: bool = False,
     ) -> Gateway:
         url = store or redis_url  # another Redis (with its credentials), for fault tests
         cfg = base_config.model_copy(
@@ -259,6 +261,7 @@ def make_gateway(
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
                 ledger=Ledger(aclient, cfg.billing.close_after_s),
+                live=LiveSignals(aclient, cfg.monitoring) if live else None,
             )
         )
         # wrap: ASGI layers around the app, as Ray Serve puts its own around it

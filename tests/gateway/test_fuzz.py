@@ -24,6 +24,7 @@ BODIES = {
     "POST /v1/conversations",
     "POST /v1/conversations/{conversation_id}",
     "POST /v1/conversations/{conversation_id}/items",
+    "PATCH /v1/keys/{key_id}",
 }
 
 

@@ -1,8 +1,9 @@
-"""The admin API under /admin: create, list, revoke and re-plan API keys, opt them in or out
-of traffic sampling and delete what was kept of them; a tenant's keys and stored objects, and
-deleting all of those objects (a data deletion request); any tenant's usage, invoices and
-usage events (gateway.usage), the tenants billed and the billing backlog; run the canary now.
-Guarded by the admin key (its SHA-256 is in the gateway config; the key itself never is)."""
+"""The admin API under /admin: create, list, label, revoke and re-plan API keys, opt them in or
+out of traffic sampling and delete what was kept of them; the tenants; a tenant's keys and
+stored objects, and deleting all of those objects (a data deletion request); any tenant's
+usage, invoices and usage events (gateway.usage), the tenants billed and the billing
+backlog; run the canary now. Guarded by the admin key (its SHA-256 is in the gateway config;
+the key itself never is)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from fastapi.responses import JSONResponse
 
 from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, PermissionDenied
 from zerolayer.gateway.http import is_admin, read_json
+from zerolayer.gateway.limits import month_of
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 from zerolayer.gateway.usage import add_billing_routes
 from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant
 
-__all__ = ["admin_router"]
+__all__ = ["admin_guard", "admin_router", "KeyNotFound", "key_call"]
 
 
 class KeyNotFound(APIError):
@@ -39,25 +41,40 @@ class TenantNotFound(APIError):
     code = "tenant_not_found"
 
 
+def admin_guard(parts: GatewayParts, request: Request) -> KeyStore:
+    """The key store, for a request made with the admin key; 403 when the admin API is off,
+    401 for any other key."""
+    expected = parts.config.gateway.admin_key_sha256
+    if expected is None or parts.keys is None:
+        raise PermissionDenied(
+            "the admin API is disabled: start the platform with ZEROLAYER_ADMIN_KEY set "
+            "(or let `zerolayer up` make <cache>/admin-key)",
+            code="admin_disabled",
+        )
+    if not is_admin(request, expected):
+        raise AuthenticationFailed("the admin key is missing or wrong", code="invalid_admin_key")
+    return parts.keys
+
+
+async def key_call(fn: Any, *args: Any) -> Any:
+    """A key-store call off the event loop, its look-up errors as the API's 404s."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except UnknownKey as exc:
+        raise KeyNotFound(str(exc)) from exc
+    except UnknownTenant as exc:
+        raise TenantNotFound(str(exc), param="tenant") from exc
+
+
 def admin_router(parts: GatewayParts) -> APIRouter:
     """Routes of the admin API."""
     router = APIRouter(prefix="/admin")
     cfg = parts.config
     max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
+    call = key_call
 
     def guard(request: Request) -> KeyStore:
-        expected = cfg.gateway.admin_key_sha256
-        if expected is None or parts.keys is None:
-            raise PermissionDenied(
-                "the admin API is disabled: start the platform with ZEROLAYER_ADMIN_KEY set "
-                "(or let `zerolayer up` make <cache>/admin-key)",
-                code="admin_disabled",
-            )
-        if not is_admin(request, expected):
-            raise AuthenticationFailed(
-                "the admin key is missing or wrong", code="invalid_admin_key"
-            )
-        return parts.keys
+        return admin_guard(parts, request)
 
     def plan_of(name: str) -> str:
         if name not in cfg.plans:
@@ -65,14 +82,6 @@ def admin_router(parts: GatewayParts) -> APIRouter:
                 f"unknown plan {name!r}; plans: {', '.join(cfg.plans)}", param="plan"
             )
         return name
-
-    async def call(fn: Any, *args: Any) -> Any:
-        try:
-            return await asyncio.to_thread(fn, *args)
-        except UnknownKey as exc:
-            raise KeyNotFound(str(exc)) from exc
-        except UnknownTenant as exc:
-            raise TenantNotFound(str(exc), param="tenant") from exc
 
     @router.get("/account")
     async def admin_account(request: Request) -> dict[str, Any]:
@@ -107,14 +116,16 @@ def admin_router(parts: GatewayParts) -> APIRouter:
 
     @router.patch("/keys/{key_id}", openapi_extra=body_schema(ChangePlanRequest))
     async def change_key(request: Request, key_id: str) -> dict[str, Any]:
-        """A new plan and/or traffic sampling; opting out deletes what was kept."""
+        """A new plan, label and/or traffic sampling; opting out deletes what was kept."""
         store = guard(request)
         body = await read_json(request, ChangePlanRequest, max_bytes, timeout)
-        given = body.model_fields_set & {"plan", "sample_traffic"}
+        given = body.model_fields_set & {"plan", "name", "sample_traffic"}
         if not given or ("plan" in given and body.plan is None):
-            raise InvalidRequest("give a plan, sample_traffic, or both", param="plan")
+            raise InvalidRequest("give a plan, name, sample_traffic, or any of them", param="plan")
         record = await call(store.get, key_id)
         out: dict[str, Any] = {}
+        if body.name is not None:
+            record = await call(store.set_name, key_id, body.name)
         if body.plan is not None:
             record = await call(store.set_plan, key_id, plan_of(body.plan))
         if "sample_traffic" in given:
@@ -139,6 +150,31 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         store = guard(request)
         await call(store.get, key_id)
         return {"key_id": key_id, "deleted": await call(purge, key_id)}
+
+    @router.get("/tenants")
+    async def tenants(request: Request) -> dict[str, Any]:
+        """Every tenant (an account: the keys made for it), with its keys, active keys, plans
+        and, with billing on, this month's invoice total so far."""
+        records = await call(guard(request).list)
+        by: dict[str, list[Any]] = {}
+        for r in records:
+            by.setdefault(r.owner, []).append(r)
+        month, _ = month_of(parts.limiter.now())
+        data = []
+        for tenant, keys in sorted(by.items(), key=lambda kv: kv[1][0].created):
+            row: dict[str, Any] = {
+                "tenant": tenant,
+                "created": int(keys[0].created),
+                "keys": len(keys),
+                "active_keys": sum(not k.revoked for k in keys),
+                "plans": sorted({k.plan for k in keys if not k.revoked}),
+                "month": month,
+                "month_total_usd": None,
+            }
+            if parts.ledger is not None:
+                row["month_total_usd"] = (await parts.ledger.invoice(tenant, month))["total_usd"]
+            data.append(row)
+        return {"object": "list", "data": data}
 
     @router.get("/tenants/{tenant}")
     async def tenant_objects(request: Request, tenant: str) -> dict[str, Any]:

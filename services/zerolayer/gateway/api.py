@@ -33,9 +33,11 @@ from zerolayer.gateway.http import (
     validation_message,
 )
 from zerolayer.gateway.idempotency import Idempotency
+from zerolayer.gateway.keys import keys_router
 from zerolayer.gateway.live import render_live
 from zerolayer.gateway.metrics import tier_stats
 from zerolayer.gateway.openapi import body_schema, install_schema
+from zerolayer.gateway.operations import operations_router
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
@@ -50,6 +52,7 @@ from zerolayer.gateway.schemas import (
     ChunksRequest,
     CompletionRequest,
     CreateKeyRequest,
+    RenameKeyRequest,
 )
 from zerolayer.gateway.silence import silence_router
 from zerolayer.gateway.usage import add_billing_routes
@@ -64,6 +67,7 @@ BODY_MODELS: list[type[BaseModel]] = [
     ChunksRequest,
     CreateKeyRequest,
     ChangePlanRequest,
+    RenameKeyRequest,
     CreateResponseRequest,
     CreateConversationRequest,
     UpdateConversationRequest,
@@ -191,6 +195,8 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app.include_router(console_router())
     app.include_router(silence_router(parts))
     app.include_router(admin_router(parts))
+    app.include_router(keys_router(parts))
+    app.include_router(operations_router(parts, flow, catalog))
     install_schema(app, BODY_MODELS)
     idem = cfg.idempotency
     app.add_middleware(

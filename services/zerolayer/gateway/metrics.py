@@ -13,7 +13,7 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
-__all__ = ["Metrics", "tier_stats"]
+__all__ = ["Metrics", "finished_by_tier", "tier_stats"]
 
 _COUNTERS = {
     "shed": (
@@ -174,6 +174,17 @@ async def _by_tier(client: aioredis.Redis, key: str) -> dict[str, float]:
     for raw, value in (await client.hgetall(key)).items():
         tier = raw.decode().split(_SEP)[0]
         out[tier] = out.get(tier, 0.0) + float(value)
+    return out
+
+
+async def finished_by_tier(metrics: Metrics) -> dict[str, dict[str, int]]:
+    """Per tier, its admitted requests by how they ended (ok, engine_error, ...), every plan."""
+    await metrics.flush()
+    out: dict[str, dict[str, int]] = {}
+    for raw, value in (await metrics.client.hgetall("zl:metrics:finished")).items():
+        tier, _plan, status = raw.decode().split(_SEP)
+        by = out.setdefault(tier, {})
+        by[status] = by.get(status, 0) + int(float(value))
     return out
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "ChunksRequest",
     "CreateKeyRequest",
     "ChangePlanRequest",
+    "RenameKeyRequest",
 ]
 
 
@@ -202,11 +203,19 @@ class CreateKeyRequest(_Body):
 
 
 class ChangePlanRequest(_Body):
-    """PATCH /admin/keys/{key_id}: a new plan, traffic sampling, or both."""
+    """PATCH /admin/keys/{key_id}: a new plan, label, traffic sampling, or any of them."""
 
     plan: str | None = Field(default=None, min_length=1, description="The key's new plan")
+    name: str | None = Field(default=None, max_length=200, description="A new label")
     sample_traffic: bool | None = Field(
         default=None,
         description="true: keep a sample of this key's prompts for recalibration; false: keep "
         "none and delete what was kept; null: follow the plan (what it kept stays)",
     )
+
+
+class RenameKeyRequest(BaseModel):
+    """PATCH /v1/keys/{key_id}: a new label (plans change through the operator)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=200, description="The key's new label")

@@ -99,7 +99,8 @@ class ApiKeyRecord:
 
 
 class KeyStore:
-    """Create, list, revoke and re-plan keys (CLI and admin API; synchronous: these are rare).
+    """Create, list, label, revoke and re-plan keys (CLI, admin API and a tenant's own key
+    routes; synchronous: these are rare).
 
     Redis layout: zl:key:<sha256> is a hash with the record, zl:keys the set of all hashes,
     zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash). A tenant is
@@ -190,6 +191,11 @@ class KeyStore:
             self.client.hdel(_HASH_NS + digest, "sample_traffic")
         else:
             self.client.hset(_HASH_NS + digest, "sample_traffic", "1" if sample else "0")
+        return self.get(key_id)
+
+    def set_name(self, key_id: str, name: str) -> ApiKeyRecord:
+        """Give a key another label."""
+        self.client.hset(_HASH_NS + self._digest(key_id), "name", name)
         return self.get(key_id)
 
     def set_plan(self, key_id: str, plan: str) -> ApiKeyRecord:
