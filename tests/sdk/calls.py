@@ -162,6 +162,23 @@ def zerolayer_only(
     events = customer.invoices.export(month, format="csv").splitlines()
     assert len(events) == 2 and events[0].startswith("id,")
     assert client.admin.tenants.export(key.tenant, month).count("\n") == 1
+    account = customer.account.retrieve()
+    assert account.key.key_id == key.key_id and account.plan.name == "pro" == account.key.plan
+    assert set(account.plan.prices) == set(account.plan.tiers) and account.month == month
+    assert account.spent_usd > 0
+    logged = list(customer.requests.list())
+    assert [e.key_id for e in logged] == [key.key_id] and logged[0].cost_usd == mine.totals.cost_usd
+    csv_lines = customer.requests.export(days=1).splitlines()
+    assert csv_lines[0].startswith("id,time,") and csv_lines[1].startswith(logged[0].id + ",")
+    own = list(customer.keys.list())
+    assert [(k.key_id, k.current) for k in own] == [(key.key_id, True)]
+    assert customer.keys.update(key.key_id, name="renamed").name == "renamed"
+    assert client.admin.keys.update(key.key_id, name="by the operator").name == "by the operator"
+    summary = {t.tenant: t for t in client.admin.tenants.list()}[key.tenant]
+    assert summary.keys == summary.active_keys == 1 and summary.plans == ["pro"]
+    assert summary.month_total_usd == invoice.total_usd
+    ops = client.admin.operations.retrieve()
+    assert sum(t.requests for t in ops.tiers) >= 1 and all(t.state for t in ops.tiers)
     assert client.admin.tenants.delete_objects(key.tenant).deleted["conversation"] == 1
     assert client.admin.keys.revoke(key.key_id).revoked
     try:
@@ -205,6 +222,9 @@ async def async_calls(client: zl.AsyncClient, model: str) -> None:
     assert "".join(c.text for c in cut.data) == doc
     assert [m.id async for m in client.models.list()]
     assert (await client.usage.retrieve()).object == "usage"
+    assert (await client.account.retrieve()).key.key_id == [k async for k in client.keys.list()][
+        0
+    ].key_id
     assert await client.conversations.delete(conv.id)
 
 

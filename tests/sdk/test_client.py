@@ -613,6 +613,36 @@ def test_a_page_iterates_across_cursors(mock: respx.MockRouter) -> None:
     assert asyncio.run(items()) == [f"msg_{i}" for i in range(7)]
 
 
+def _log_page(request: httpx.Request) -> httpx.Response:
+    # the request log's paging: an opaque next_cursor, sent back as `cursor`
+    at = int(request.url.params.get("cursor", "0").removeprefix("2026-12:"))
+    rows = [
+        {"id": f"chatcmpl-{i}", "time": "2026-12-04T10:00:00Z", "cost_usd": "0.000001"}
+        for i in range(at, min(at + 2, 5))
+    ]
+    more = at + 2 < 5
+    body = {"object": "list", "data": rows, "has_more": more}
+    return httpx.Response(200, json={**body, "next_cursor": f"2026-12:{at + 2}" if more else None})
+
+
+def test_the_request_log_pages_by_its_own_cursor(mock: respx.MockRouter) -> None:
+    route = mock.get("/requests").mock(side_effect=_log_page)
+    c, _ = client()
+    page = c.requests.list(days=3, limit=2)
+    assert [e.id for e in page.data] == ["chatcmpl-0", "chatcmpl-1"] and page.has_next_page()
+    assert [e.id for e in page] == [f"chatcmpl-{i}" for i in range(5)]
+    cursors = [call.request.url.params.get("cursor") for call in route.calls]
+    assert cursors == [None, "2026-12:2", "2026-12:4"]
+    assert all(call.request.url.params["days"] == "3" for call in route.calls)
+    assert all("after" not in call.request.url.params for call in route.calls)
+
+    async def entries() -> list[str]:
+        ac, _ = aclient()
+        return [e.id async for e in ac.requests.list(limit=2)]
+
+    assert asyncio.run(entries()) == [f"chatcmpl-{i}" for i in range(5)]
+
+
 # -- chunks streamed up -----------------------------------------------------------------------
 
 
@@ -702,5 +732,13 @@ def test_the_async_client_has_the_same_methods() -> None:
         "chunks.create",
         "admin.keys.set_plan",
         "admin.tenants.delete_objects",
+        "admin.tenants.list",
+        "admin.operations.retrieve",
+        "account.retrieve",
+        "requests.list",
+        "requests.export",
+        "keys.list",
+        "keys.update",
+        "keys.revoke",
     ):
         assert expected in sync, expected

@@ -18,6 +18,14 @@ from typing import Any
 import httpx
 
 from ._base_client import AsyncAPIClient, SyncAPIClient
+from .resources.account import (
+    Accounts,
+    AsyncAccounts,
+    AsyncOwnKeys,
+    AsyncRequests,
+    OwnKeys,
+    Requests,
+)
 from .resources.admin import Admin, AsyncAdmin
 from .resources.billing import AsyncInvoices, AsyncUsage, Invoices, Usage
 from .resources.chat import AsyncChat, Chat
@@ -68,6 +76,9 @@ class Client(SyncAPIClient):
         self.usage = Usage(self)
         self.invoices = Invoices(self)
         self.chunks = Chunks(self)
+        self.account = Accounts(self)
+        self.requests = Requests(self)
+        self.keys = OwnKeys(self)
         self.admin = Admin(self)
 
     def with_options(self, **options: Any) -> Client:
@@ -126,6 +137,9 @@ class AsyncClient(AsyncAPIClient):
         self.usage = AsyncUsage(self)
         self.invoices = AsyncInvoices(self)
         self.chunks = AsyncChunks(self)
+        self.account = AsyncAccounts(self)
+        self.requests = AsyncRequests(self)
+        self.keys = AsyncOwnKeys(self)
         self.admin = AsyncAdmin(self)
 
     def with_options(self, **options: Any) -> AsyncClient:

@@ -23,12 +23,14 @@ def args(scope: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ListBody(pydantic.BaseModel):
-    """A list answer: OpenAI's list object, with cursors when it is paged."""
+    """A list answer: OpenAI's list object, with cursors when it is paged (the ids of its
+    first and last items, or an opaque next_cursor, as the request log pages)."""
 
     data: list[Any]
     has_more: bool = False
     first_id: str | None = None
     last_id: str | None = None
+    next_cursor: str | None = None
 
 
 def _page_call(
@@ -41,15 +43,19 @@ def _page_call(
     flags: Mapping[str, Any],
 ) -> Call:
     """GET of one page of a list (after `cursor`), parsed into `page` (Page or AsyncPage) with
-    `fetch` for the next ones."""
+    `fetch` for the next ones. The cursor goes as `after` (an item's id), or as the parameter
+    flags' cursor_param names (an opaque cursor the answer's next_cursor gave)."""
     read = json_as(ListBody)
+    flags = dict(flags)
+    name = flags.pop("cursor_param", "after")
 
     def parse(response: httpx.Response) -> Any:
         body = read(response)
         items = [model.model_validate(item) for item in body.data]
-        return page(items, body.has_more, body.first_id, body.last_id, fetch)
+        last = body.next_cursor if name != "after" else body.last_id
+        return page(items, body.has_more, body.first_id, last, fetch)
 
-    at = {**params, **({"after": cursor} if cursor else {})}
+    at = {**params, **({name: cursor} if cursor else {})}
     return Call("GET", path, parse=parse, params=at, **flags)
 
 

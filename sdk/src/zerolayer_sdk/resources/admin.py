@@ -17,12 +17,23 @@ from ..types.admin import (
     KeyUpdateParams,
     Tenant,
     TenantObjectsDeleted,
+    TenantSummary,
 )
+from ..types.admin import Operations as OperationsReport
 from ..types.invoices import Invoice, InvoiceSummary
 from ..types.usage import UsageReport
 from .billing import GroupBy, export_call, invoice_call, invoices_path, usage_call
 
-__all__ = ["Admin", "AsyncAdmin", "Keys", "AsyncKeys", "Tenants", "AsyncTenants"]
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "Keys",
+    "AsyncKeys",
+    "Tenants",
+    "AsyncTenants",
+    "Operations",
+    "AsyncOperations",
+]
 
 ADMIN = {"admin": True, "root": True}
 
@@ -36,8 +47,10 @@ def _create(plan: str, name: str | None, tenant: str | None) -> Call:
     return _admin("POST", "/keys", CreatedKey, body)
 
 
-def _update(key_id: str, plan: str | None, sample_traffic: bool | None | NotGiven) -> Call:
-    body = body_of(KeyUpdateParams, plan=plan)
+def _update(
+    key_id: str, plan: str | None, name: str | None, sample_traffic: bool | None | NotGiven
+) -> Call:
+    body = body_of(KeyUpdateParams, plan=plan, name=name)
     if sample_traffic is not NOT_GIVEN:
         body["sample_traffic"] = sample_traffic  # None is sent: follow the plan's setting
     return _admin("PATCH", f"/keys/{key_id}", ApiKey, body)
@@ -69,11 +82,13 @@ class Keys(SyncAPIResource):
         key_id: str,
         *,
         plan: str | None = None,
+        name: str | None = None,
         sample_traffic: bool | None | NotGiven = NOT_GIVEN,
     ) -> ApiKey:
-        """Move a key to another plan and/or opt it in (True) or out (False, deleting what was
-        kept) of traffic sampling, or back to its plan's setting (None)."""
-        return self._send(_update(key_id, plan, sample_traffic))  # type: ignore[no-any-return]
+        """Move a key to another plan, give it a new label, and/or opt it in (True) or out
+        (False, deleting what was kept) of traffic sampling, or back to its plan's setting
+        (None)."""
+        return self._send(_update(key_id, plan, name, sample_traffic))  # type: ignore[no-any-return]
 
     def set_plan(self, key_id: str, plan: str) -> ApiKey:
         """Move a key to another plan."""
@@ -106,10 +121,11 @@ class AsyncKeys(AsyncAPIResource):
         key_id: str,
         *,
         plan: str | None = None,
+        name: str | None = None,
         sample_traffic: bool | None | NotGiven = NOT_GIVEN,
     ) -> ApiKey:
-        """A new plan and/or traffic sampling (see Keys.update)."""
-        return await self._send(_update(key_id, plan, sample_traffic))  # type: ignore[no-any-return]
+        """A new plan, label and/or traffic sampling (see Keys.update)."""
+        return await self._send(_update(key_id, plan, name, sample_traffic))  # type: ignore[no-any-return]
 
     async def set_plan(self, key_id: str, plan: str) -> ApiKey:
         """Move a key to another plan."""
@@ -118,6 +134,10 @@ class AsyncKeys(AsyncAPIResource):
 
 class Tenants(SyncAPIResource):
     """client.admin.tenants"""
+
+    def list(self) -> Page[TenantSummary]:
+        """Every tenant: its keys, active keys, plans and this month's invoice total so far."""
+        return self._list("/admin/tenants", TenantSummary, **ADMIN)
 
     def retrieve(self, tenant: str) -> Tenant:
         """A tenant's keys and stored objects (ids, never content)."""
@@ -157,6 +177,10 @@ class Tenants(SyncAPIResource):
 class AsyncTenants(AsyncAPIResource):
     """client.admin.tenants (async)"""
 
+    def list(self) -> AsyncPaginator[TenantSummary]:
+        """Every tenant (see Tenants.list)."""
+        return self._list("/admin/tenants", TenantSummary, **ADMIN)
+
     async def retrieve(self, tenant: str) -> Tenant:
         """A tenant's keys and stored objects."""
         return await self._send(_admin("GET", f"/tenants/{tenant}", Tenant))  # type: ignore[no-any-return]
@@ -194,6 +218,23 @@ class AsyncTenants(AsyncAPIResource):
         return await self._send(export_call(tenant, month, format))  # type: ignore[no-any-return]
 
 
+class Operations(SyncAPIResource):
+    """client.admin.operations"""
+
+    def retrieve(self) -> OperationsReport:
+        """Per served tier, live: state, requests, sheds, endings, time to first token and per
+        output token, queue wait, tokens; and the collapse alerts."""
+        return self._send(_admin("GET", "/operations", OperationsReport))  # type: ignore[no-any-return]
+
+
+class AsyncOperations(AsyncAPIResource):
+    """client.admin.operations (async)"""
+
+    async def retrieve(self) -> OperationsReport:
+        """Per served tier, live figures, and the collapse alerts (see Operations.retrieve)."""
+        return await self._send(_admin("GET", "/operations", OperationsReport))  # type: ignore[no-any-return]
+
+
 class Admin(SyncAPIResource):
     """client.admin: calls made with the admin key."""
 
@@ -201,6 +242,7 @@ class Admin(SyncAPIResource):
         super().__init__(client)
         self.keys = Keys(client)
         self.tenants = Tenants(client)
+        self.operations = Operations(client)
 
 
 class AsyncAdmin(AsyncAPIResource):
@@ -210,3 +252,4 @@ class AsyncAdmin(AsyncAPIResource):
         super().__init__(client)
         self.keys = AsyncKeys(client)
         self.tenants = AsyncTenants(client)
+        self.operations = AsyncOperations(client)

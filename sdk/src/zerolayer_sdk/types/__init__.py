@@ -1,15 +1,27 @@
 """Typed objects of every request and answer of the zerolayer API (pydantic models; fields a
 newer server sends are kept)."""
 
+from .account import (
+    Account,
+    KeyRenameParams,
+    Plan,
+    PlanLimits,
+    PlanPrices,
+    RequestLogEntry,
+)
 from .admin import (
+    Alert,
     ApiKey,
     CreatedKey,
     KeyCreateParams,
     KeyUpdateParams,
+    Operations,
     Tenant,
     TenantObject,
     TenantObjects,
     TenantObjectsDeleted,
+    TenantSummary,
+    TierOperations,
 )
 from .chat import (
     ChatChoice,
@@ -139,4 +151,14 @@ __all__ = [
     "TenantObjects",
     "Tenant",
     "TenantObjectsDeleted",
+    "TenantSummary",
+    "TierOperations",
+    "Alert",
+    "Operations",
+    "Account",
+    "Plan",
+    "PlanPrices",
+    "PlanLimits",
+    "RequestLogEntry",
+    "KeyRenameParams",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from .._models import BaseModel, RequestModel
 
 __all__ = [
@@ -13,6 +15,10 @@ __all__ = [
     "TenantObjects",
     "Tenant",
     "TenantObjectsDeleted",
+    "TenantSummary",
+    "TierOperations",
+    "Alert",
+    "Operations",
 ]
 
 
@@ -25,10 +31,11 @@ class KeyCreateParams(RequestModel):
 
 
 class KeyUpdateParams(RequestModel):
-    """The body of PATCH /admin/keys/{id}: a new plan, traffic sampling (null: the plan's
-    setting), or both."""
+    """The body of PATCH /admin/keys/{id}: a new plan, label, traffic sampling (null: the
+    plan's setting), or any of them."""
 
     plan: str | None = None
+    name: str | None = None
     sample_traffic: bool | None = None
 
 
@@ -43,6 +50,7 @@ class ApiKey(BaseModel):
     sample_traffic: bool | None = None
     tenant: str | None = None
     traffic_deleted: int | None = None  # prompts deleted by this call (revoke, opt-out)
+    current: bool | None = None  # client.keys: whether this is the key making the call
 
 
 class CreatedKey(ApiKey):
@@ -79,3 +87,53 @@ class TenantObjectsDeleted(BaseModel):
 
     tenant: str
     deleted: dict[str, int] = {}
+
+
+class TenantSummary(BaseModel):
+    """A tenant in the list of tenants: its keys, plans, and this month's invoice so far."""
+
+    tenant: str
+    created: int = 0
+    keys: int = 0
+    active_keys: int = 0
+    plans: list[str] = []
+    month: str | None = None
+    month_total_usd: Decimal | None = None
+
+
+class TierOperations(BaseModel):
+    """A served tier's live figures (since the counters began, over every gateway replica;
+    queue_wait_s is the answering replica's now)."""
+
+    tier: str
+    state: str
+    requests: int = 0
+    shed: int = 0
+    finished: dict[str, int] = {}
+    error_rate: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    tokens_per_s: float | None = None
+    queue_wait_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    alerts: int = 0
+
+
+class Alert(BaseModel):
+    """A live signal of a tier over its limit (activation_drift, skip_rate, canary_kl)."""
+
+    tier: str
+    signal: str
+    value: float
+    limit: float | list[float]
+    message: str
+
+
+class Operations(BaseModel):
+    """GET /admin/operations."""
+
+    object: str = "operations"
+    at: int = 0
+    tiers: list[TierOperations] = []
+    alerts: list[Alert] = []
