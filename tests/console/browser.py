@@ -66,7 +66,9 @@ class Page:
             ),
         )
 
-    def shot(self, name: str) -> Path:
+    def shot(self, name: str, hide: str | None = None) -> Path:
+        """A full-page screenshot; `hide`: a selector whose elements are covered (a key)."""
         path = screenshots() / f"console-{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
+        mask = [self.page.locator(hide)] if hide else []
+        self.page.screenshot(path=str(path), full_page=True, mask=mask, mask_color="#c9d2db")
         return path

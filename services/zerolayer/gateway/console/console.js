@@ -113,6 +113,8 @@ function showChrome() {
   document.getElementById("nav").hidden = !signedIn;
   document.getElementById("who").hidden = !signedIn;
   document.getElementById("sign-in").hidden = signedIn;
+  for (const a of document.querySelectorAll("#nav [data-customer]")) a.parentElement.hidden = state.admin;
+  for (const a of document.querySelectorAll("#nav [data-admin]")) a.parentElement.hidden = !state.admin;
   const who = state.admin
     ? "admin"
     : state.account
@@ -181,10 +183,16 @@ function scatter({ points, xLabel, yLabel, xFormat, yFormat, title }) {
   parts.push(svg("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle" }, xLabel));
   parts.push(svg("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
     transform: `rotate(-90 12 ${(T + H - B) / 2})` }, yLabel));
+  const taken = new Map(); // points drawn at one spot get their labels one under another
   for (const p of points) {
+    const spot = `${Math.round(sx(p.x) / 8)},${Math.round(sy(p.y) / 8)}`;
+    const n = taken.get(spot) || 0;
+    taken.set(spot, n + 1);
+    const right = sx(p.x) > L + (W - L - R) * 0.7; // near the right edge: label on the left
     const g = svg("g", {},
       svg("circle", { class: "point", cx: sx(p.x), cy: sy(p.y), r: 6, fill: p.colour }),
-      svg("text", { class: "label", x: sx(p.x) + 9, y: sy(p.y) - 7 }, p.label),
+      svg("text", { class: "label", x: sx(p.x) + (right ? -9 : 9), y: sy(p.y) - 7 + n * 13,
+        "text-anchor": right ? "end" : "start" }, p.label),
       svg("title", {}, `${p.label}: ${xLabel} ${xFormat(p.x)}, ${yLabel} ${yFormat(p.y)}`));
     parts.push(g);
   }
@@ -269,10 +277,17 @@ function tierCard(m) {
   ];
   const what = m.compute_removed ? m.compute_removed.of : "";
   return el("article", { class: "card", "data-tier": m.tier, "aria-labelledby": `card-${m.tier}` },
-    el("h3", { id: `card-${m.tier}` }, el("span", {}, m.id), statusBadge(m)),
+    // a line may break after the model's name, never inside a word
+    el("h3", { id: `card-${m.tier}` }, el("span", {}, `${m.root}:`, el("wbr"), m.tier), statusBadge(m)),
     el("dl", {}, rows.map(([k, v, cls]) => [el("dt", {}, k), el("dd", { class: cls || null,
       title: k === "Compute removed" ? what : null }, v)])),
     card.method ? el("p", { class: "note" }, card.method) : null);
+}
+
+function spread(values) {
+  // decimals a percentage axis needs to tell its ticks apart
+  const range = Math.max(...values) - Math.min(...values);
+  return range >= 0.2 ? 0 : range >= 0.02 ? 1 : 2;
 }
 
 function qualityCharts(model, tiers) {
@@ -294,7 +309,7 @@ function qualityCharts(model, tiers) {
       scatter({ title: `${model}: perplexity change against the share of compute removed`,
         points: compute.map(({ m, i }) => ({ x: m.compute_removed.share, y: qualityOf(m), label: m.tier, colour: colour(i) })),
         xLabel: "compute removed", yLabel: "perplexity change",
-        xFormat: (v) => `${(v * 100).toFixed(0)}%`, yFormat: fmtQ })));
+        xFormat: (v) => pct(v, spread(compute.map(({ m }) => m.compute_removed.share))), yFormat: fmtQ })));
   }
   const priced = withQ.filter(({ m }) => m.pricing);
   if (priced.length) {
@@ -510,31 +525,565 @@ async function viewSilence(view, modelId) {
           el("td", { class: `num ${s.drift_flag ? "worse" : ""}` }, s.drift_max_points === undefined ? "–" : `${s.drift_max_points.toFixed(1)} points${s.drift_flag ? " (over the limit)" : ""}`),
           el("td", { class: "num" }, s.sampled_tokens ?? "–"));
       })))));
+    const figures = el("div", { class: "charts" });
     for (const m of monitored) {
       const s = m.tier_card.monitoring;
       const series = [{ values: s.activation_sparsity, label: "live", colour: PALETTE[0] }];
       if (s.calibrated_sparsity) series.push({ values: s.calibrated_sparsity, label: "calibrated", colour: "#98a4b0", dash: "5 4" });
-      live.append(el("figure", {}, el("figcaption", {}, `${m.id}: activation sparsity per layer, live and calibrated`),
-        lineChart({ title: `${m.id}: activation sparsity per layer`, series, xLabel: "layer", yLabel: "sparsity", yFormat: (v) => pct(v, 0), height: 180 })));
+      figures.append(el("figure", {}, el("figcaption", {}, `${m.id}: activation sparsity per layer, live (solid) and calibrated (dashed)`),
+        lineChart({ title: `${m.id}: activation sparsity per layer`, series, xLabel: "layer", yLabel: "sparsity", yFormat: (v) => pct(v, 0), height: 260 })));
     }
+    live.append(figures);
   }
   await load();
 }
 
+// ---- usage --------------------------------------------------------------------------------
+
+function isoDay(d) {
+  return d.toISOString().slice(0, 10);
+}
+
+function barChart({ groups, series, title, yLabel, yFormat, height = 220 }) {
+  // groups: x labels; series: [{label, colour, values}] stacked per group
+  const W = 720, H = height, L = 64, R = 12, T = 12, B = 44;
+  const totals = groups.map((_, i) => series.reduce((a, s) => a + (s.values[i] || 0), 0));
+  const top = Math.max(...totals, 1e-12);
+  const bw = (W - L - R) / Math.max(groups.length, 1);
+  const sy = (v) => T + (1 - v / top) * (H - T - B);
+  const parts = [];
+  for (const t of ticks(0, top)) {
+    parts.push(svg("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), stroke: "#eef1f4" }));
+    parts.push(svg("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, yFormat(t)));
+  }
+  const every = Math.ceil(groups.length / 10);
+  groups.forEach((g, i) => {
+    let base = 0;
+    for (const s of series) {
+      const v = s.values[i] || 0;
+      if (v > 0) {
+        parts.push(svg("rect", { x: L + i * bw + bw * 0.15, width: bw * 0.7, y: sy(base + v),
+          height: sy(base) - sy(base + v), fill: s.colour },
+          svg("title", {}, `${g} · ${s.label}: ${yFormat(v)}`)));
+      }
+      base += v;
+    }
+    if (i % every === 0) {
+      parts.push(svg("text", { x: L + (i + 0.5) * bw, y: H - B + 14, "text-anchor": "middle" }, g));
+    }
+  });
+  parts.push(svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#98a4b0" }));
+  parts.push(svg("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
+    transform: `rotate(-90 12 ${(T + H - B) / 2})` }, yLabel));
+  let lx = L;
+  for (const s of series) {
+    parts.push(svg("rect", { x: lx, y: H - 16, width: 10, height: 10, fill: s.colour }));
+    parts.push(svg("text", { x: lx + 14, y: H - 7 }, s.label));
+    lx += 24 + 7 * s.label.length;
+  }
+  const desc = groups.map((g, i) => `${g}: ${yFormat(totals[i])}`).join("; ");
+  return svg("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${title}. ${desc}` }, parts);
+}
+
+function table(caption, head, rows, numeric = []) {
+  return el("div", { class: "scroll" }, el("table", {},
+    el("caption", { class: "visually-hidden" }, caption),
+    el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { scope: "col", class: numeric.includes(i) ? "num" : null }, h)))),
+    el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c, i) => el("td", { class: numeric.includes(i) ? "num" : null }, c)))))));
+}
+
+async function download(path, filename) {
+  const resp = await fetch(path, { headers: { Authorization: `Bearer ${state.key}` }, cache: "no-store" });
+  if (!resp.ok) throw new ApiError(resp.status, await resp.json().catch(() => null));
+  const url = URL.createObjectURL(await resp.blob());
+  const a = el("a", { href: url, download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+async function viewUsage(view) {
+  view.append(el("h1", {}, "Usage"));
+  const a = state.account;
+  const lim = a.plan.limits;
+  const account = await api("/v1/account");
+  view.append(el("div", { class: "grid2" },
+    el("div", { class: "panel", id: "budget" }, el("h2", {}, `This month (${account.month})`),
+      el("dl", { class: "facts" },
+        el("dt", {}, "Spent"), el("dd", {}, `$${account.spent_usd}`),
+        el("dt", {}, "Budget"), el("dd", {}, account.budget_usd === null ? "no budget" : `$${account.budget_usd}`),
+        el("dt", {}, "Remaining"), el("dd", {}, account.remaining_usd === null ? "–" : `$${account.remaining_usd}`))),
+    el("div", { class: "panel" }, el("h2", {}, `Plan ${a.plan.name}`),
+      el("dl", { class: "facts" },
+        el("dt", {}, "Requests per minute"), el("dd", {}, lim.requests_per_minute ?? "no limit"),
+        el("dt", {}, "Tokens per minute"), el("dd", {}, lim.tokens_per_minute ?? "no limit"),
+        el("dt", {}, "Requests at once"), el("dd", {}, lim.concurrent_requests ?? "no limit"),
+        el("dt", {}, "Monthly budget"), el("dd", {}, lim.monthly_budget_usd === null ? "none" : `$${lim.monthly_budget_usd}`)))));
+  await usagePanels(view, "/v1");
+  say("usage loaded");
+}
+
+async function usagePanels(view, base) {
+  // a tenant's usage charts, request log and this month's invoice, read under base
+  // ("/v1": the caller's tenant; "/admin/tenants/<id>": any tenant, for the admin key)
+  const today = new Date();
+  const start = new Date(today.getTime() - 29 * 86400_000);
+  const month = isoDay(today).slice(0, 7);
+  // charts from the billing aggregates: the last 30 days by day and tier, and by key
+  const q = `start=${isoDay(start)}&end=${isoDay(today)}`;
+  const byTier = await api(`${base}/usage?${q}&group_by=day,tier`);
+  const byKey = await api(`${base}/usage?${q}&group_by=key`);
+  const days = [];
+  for (let d = new Date(start); d <= today; d = new Date(d.getTime() + 86400_000)) days.push(isoDay(d));
+  const tiers = [...new Set(byTier.data.map((r) => r.tier))].sort();
+  const series = (measure) => tiers.map((t, k) => ({ label: t, colour: PALETTE[k % PALETTE.length],
+    values: days.map((day) => byTier.data.filter((r) => r.day === day && r.tier === t).reduce((s, r) => s + Number(r[measure]), 0)) }));
+  const charts = el("div", { class: "panel", id: "usage-charts" }, el("h2", {}, "Last 30 days"));
+  if (!byTier.data.length) {
+    charts.append(el("p", { class: "note" }, "No usage in the last 30 days."));
+  } else {
+    charts.append(el("div", { class: "charts" },
+      el("figure", {}, el("figcaption", {}, "Tokens per day, by tier"),
+        barChart({ groups: days.map((d) => d.slice(5)), series: series("total_tokens"), title: "Tokens per day by tier", yLabel: "tokens", yFormat: (v) => Math.round(v).toLocaleString("en") })),
+      el("figure", {}, el("figcaption", {}, "Cost per day, by tier"),
+        barChart({ groups: days.map((d) => d.slice(5)), series: series("cost_usd"), title: "Cost per day by tier", yLabel: "USD", yFormat: (v) => `$${v.toFixed(4)}` }))));
+    charts.append(el("h3", {}, "By key"), table("Usage by key, last 30 days", ["Key", "Requests", "Tokens", "Cost"],
+      byKey.data.map((r) => [r.key, r.requests, r.total_tokens.toLocaleString("en"), `$${r.cost_usd}`]), [1, 2, 3]));
+    charts.append(el("p", { class: "note" }, `Totals: ${byTier.totals.requests} requests, ${byTier.totals.total_tokens.toLocaleString("en")} tokens, $${byTier.totals.cost_usd}.`));
+  }
+  view.append(charts);
+
+  // the request log, a page at a time
+  const log = el("div", { class: "panel", id: "request-log" }, el("h2", {}, "Requests of the last 7 days"));
+  const body = el("div", { "aria-live": "polite" });
+  const newer = el("button", { type: "button", class: "secondary", id: "log-newer" }, "Newer");
+  const older = el("button", { type: "button", class: "secondary", id: "log-older" }, "Older");
+  const csvButton = el("button", { type: "button", class: "secondary", id: "log-csv" }, "Download CSV");
+  log.append(body, el("p", { class: "controls" }, newer, older, csvButton));
+  view.append(log);
+  const cursors = [null];
+  let at = 0;
+  async function showPage() {
+    const c = cursors[at];
+    const page = await api(`${base}/requests?days=7&limit=20${c ? `&cursor=${encodeURIComponent(c)}` : ""}`);
+    cursors[at + 1] = page.next_cursor;
+    newer.disabled = at === 0;
+    older.disabled = !page.has_more;
+    body.replaceChildren(page.data.length
+      ? table("Requests, newest first", ["Time (UTC)", "Model", "Status", "Tokens in", "Tokens out", "Cost", "Latency"],
+        page.data.map((r) => [r.time.replace("T", " ").slice(0, 19), `${r.model}:${r.tier}`, r.status,
+          r.prompt_tokens, r.completion_tokens, `$${r.cost_usd}`, r.latency_ms === null ? "–" : `${(r.latency_ms / 1000).toFixed(2)} s`]), [3, 4, 5, 6])
+      : el("p", { class: "note" }, "No requests in the last 7 days."));
+  }
+  newer.addEventListener("click", () => { at = Math.max(0, at - 1); showPage(); });
+  older.addEventListener("click", () => { at += 1; showPage(); });
+  csvButton.addEventListener("click", () => download(`${base}/requests?days=7&format=csv`, "requests-7d.csv").catch((err) => say(err.message)));
+  await showPage();
+
+  // this month's invoice
+  const inv = el("div", { class: "panel", id: "invoice" }, el("h2", {}, `Invoice ${month}`));
+  view.append(inv);
+  try {
+    const invoice = await api(`${base}/invoices/${month}`);
+    inv.append(el("p", {}, `Status ${invoice.status}; closes ${invoice.closes_at.slice(0, 10)}. Total so far `, el("strong", { id: "invoice-total" }, `$${invoice.total_usd}`), "."),
+      table(`Invoice ${month} line items`, ["Model", "Tier", "Requests", "Tokens in", "Tokens out", "Amount"],
+        invoice.lines.map((l) => [l.model, l.tier, l.requests, l.prompt_tokens, l.completion_tokens, `$${l.amount_usd}`]), [2, 3, 4, 5]));
+  } catch (err) {
+    if (err.status !== 404) throw err;
+    inv.append(el("p", { class: "note" }, "No usage this month yet."));
+  }
+}
+
+// ---- playground ---------------------------------------------------------------------------
+
+async function* sse(resp) {
+  // the JSON payloads of a server-sent event stream, as they arrive
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+      if (data && data !== "[DONE]") yield JSON.parse(data);
+    }
+  }
+}
+
+function costOf(tier, usage) {
+  // the request's cost at the key's plan's prices (per 1K tokens; cached input at its price)
+  const prices = state.account && state.account.plan.prices[tier];
+  if (!prices || !usage) return null;
+  const cached = (usage.input_tokens_details && usage.input_tokens_details.cached_tokens) || 0;
+  return ((usage.input_tokens - cached) * Number(prices.prompt_per_1k)
+    + cached * Number(prices.cached_prompt_per_1k)
+    + usage.output_tokens * Number(prices.completion_per_1k)) / 1000;
+}
+
+function chatColumn(id, tiers, model) {
+  // one conversation with one tier: its transcript, and the usage and cost of each turn
+  const select = el("select", { id: `${id}-tier` }, tiers.map((t) => el("option", { value: t }, `${model}:${t}`)));
+  const log = el("ol", { class: "transcript", id: `${id}-log`, "aria-live": "polite" });
+  const col = { previous: null, select, log, busy: false };
+  col.node = el("section", { class: "panel chat", "aria-labelledby": `${id}-title` },
+    el("h2", { id: `${id}-title` }, id === "left" ? "Tier A" : "Tier B"),
+    el("div", { class: "controls" }, el("div", {}, el("label", { for: `${id}-tier` }, "Tier"), select)),
+    log);
+  select.addEventListener("change", () => { col.previous = null; log.replaceChildren(); });
+  col.ask = async (text, maxTokens) => {
+    const tier = select.value;
+    log.append(el("li", { class: "turn user" }, el("span", { class: "who" }, "You"), el("p", {}, text)));
+    const answer = el("p", { class: "answer" });
+    const meta = el("p", { class: "meta note" }, "…");
+    log.append(el("li", { class: "turn assistant" }, el("span", { class: "who" }, `${model}:${tier}`), answer, meta));
+    const body = { model: `${model}:${tier}`, input: text, stream: true, max_output_tokens: maxTokens };
+    if (col.previous) body.previous_response_id = col.previous;
+    const started = performance.now();
+    let first = null;
+    const resp = await fetch("/v1/responses", {
+      method: "POST",
+      headers: { Authorization: `Bearer ${state.key}`, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (!resp.ok) {
+      const err = new ApiError(resp.status, await resp.json().catch(() => null));
+      meta.textContent = `Refused: ${err.message}`;
+      meta.className = "meta error";
+      return;
+    }
+    for await (const ev of sse(resp)) {
+      if (ev.type === "response.output_text.delta") {
+        if (first === null) first = performance.now();
+        answer.textContent += ev.delta;
+      } else if (ev.type === "response.completed" || ev.type === "response.incomplete") {
+        const r = ev.response;
+        col.previous = r.id;
+        const cost = costOf(tier, r.usage);
+        const secs = ((performance.now() - started) / 1000).toFixed(2);
+        const ttft = first === null ? "–" : `${((first - started) / 1000).toFixed(2)} s`;
+        meta.textContent = `${r.usage.input_tokens} tokens in, ${r.usage.output_tokens} out`
+          + (cost === null ? "" : ` · $${cost.toFixed(6)}`) + ` · first token ${ttft}, ${secs} s in all`
+          + (r.status === "incomplete" ? " · cut at the token limit" : "");
+        meta.dataset.cost = cost === null ? "" : cost.toFixed(9);
+        meta.dataset.outputTokens = r.usage.output_tokens;
+        meta.dataset.responseId = r.id;
+      } else if (ev.type === "error" || ev.type === "response.failed") {
+        meta.textContent = `Failed: ${(ev.error || (ev.response && ev.response.error) || {}).message || "error"}`;
+        meta.className = "meta error";
+      }
+    }
+  };
+  return col;
+}
+
+async function viewPlayground(view) {
+  const { data } = await api("/v1/models");
+  const a = state.account;
+  const models = data.filter((m) => !m.tier).map((m) => m.id);
+  const model = models[0];
+  const ready = data.filter((m) => m.root === model && (m.status || "ready") === "ready" && a.plan.tiers.includes(m.tier)).map((m) => m.tier);
+  view.append(el("h1", {}, "Playground"));
+  view.append(el("p", { class: "note" },
+    "Chat with a tier of your plan through the Responses API; each turn continues the conversation (previous_response_id). Turn on the second column to ask two tiers the same thing side by side."));
+  const left = chatColumn("left", ready, model);
+  const right = chatColumn("right", ready, model);
+  if (ready.length > 1) right.select.value = ready[ready.length - 1];
+  right.node.hidden = true;
+  const prompt = el("textarea", { id: "pg-prompt", rows: "3", required: true });
+  const maxTokens = el("input", { id: "pg-max", type: "number", min: "1", max: "1024", value: "64" });
+  const sideBySide = el("input", { id: "pg-compare", type: "checkbox" });
+  const send = el("button", { type: "submit", id: "pg-send" }, "Send");
+  const form = el("form", { class: "panel", id: "pg-form" },
+    el("div", { class: "prompt" }, el("label", { for: "pg-prompt" }, "Message"), prompt),
+    el("div", { class: "controls" },
+      el("div", {}, el("label", { for: "pg-max" }, "Most output tokens"), maxTokens),
+      el("div", { class: "check" }, sideBySide, el("label", { for: "pg-compare" }, "Compare with a second tier")),
+      el("div", {}, send)));
+  sideBySide.addEventListener("change", () => { right.node.hidden = !sideBySide.checked; });
+  prompt.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); form.requestSubmit(); }
+  });
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const text = prompt.value.trim();
+    if (!text || send.disabled) return;
+    send.disabled = true;
+    prompt.value = "";
+    say("answering");
+    try {
+      const n = Number(maxTokens.value) || 64;
+      await Promise.all([left.ask(text, n), ...(sideBySide.checked ? [right.ask(text, n)] : [])]);
+      say("answered");
+    } finally {
+      send.disabled = false;
+      prompt.focus();
+    }
+  });
+  view.append(el("div", { class: "grid2" }, left.node, right.node), form);
+  if (!ready.length) view.append(el("p", { class: "error" }, "No tier of your plan is ready yet."));
+}
+
+// ---- keys ---------------------------------------------------------------------------------
+
+function when(unix) {
+  return new Date(unix * 1000).toISOString().replace("T", " ").slice(0, 16);
+}
+
+function revokeButton(k, onRevoked) {
+  // two steps: Revoke, then Confirm revoke (or Cancel), so no key goes by a slip
+  const cell = el("span", { class: "actions" });
+  const ask = el("button", { type: "button", class: "secondary danger", "data-action": "revoke",
+    "aria-label": `Revoke key ${k.name || k.key_id}` }, "Revoke");
+  ask.addEventListener("click", () => {
+    const yes = el("button", { type: "button", class: "danger", "data-action": "confirm-revoke",
+      "aria-label": `Confirm: revoke key ${k.name || k.key_id}` }, "Confirm revoke");
+    const no = el("button", { type: "button", class: "secondary" }, "Cancel");
+    no.addEventListener("click", () => { cell.replaceChildren(ask); ask.focus(); });
+    yes.addEventListener("click", async () => {
+      yes.disabled = true;
+      try {
+        await onRevoked();
+      } catch (err) {
+        say(`Could not revoke: ${err.message}`);
+        yes.disabled = false;
+      }
+    });
+    cell.replaceChildren(yes, no);
+    yes.focus();
+  });
+  cell.append(ask);
+  return cell;
+}
+
+function labelEditor(k, save) {
+  const input = el("input", { type: "text", value: k.name, maxlength: "200", class: "label-input",
+    "aria-label": `Label of key ${k.key_id}` });
+  const button = el("button", { type: "button", class: "secondary", "data-action": "save-label",
+    "aria-label": `Save the label of key ${k.key_id}` }, "Save");
+  button.addEventListener("click", async () => {
+    try {
+      await save(input.value);
+      say(`label of ${k.key_id} saved`);
+    } catch (err) {
+      say(`Could not save the label: ${err.message}`);
+    }
+  });
+  input.addEventListener("keydown", (ev) => { if (ev.key === "Enter") button.click(); });
+  return el("span", { class: "label-edit" }, input, button);
+}
+
+function keysTable(keys, { plans, onPlan, onLabel, onRevoke, showTenant }) {
+  const head = ["Key", "Label", ...(showTenant ? ["Tenant"] : []), "Plan", "Created (UTC)", "State", ""];
+  const rows = keys.map((k) => {
+    const plan = plans && !k.revoked
+      ? el("select", { "aria-label": `Plan of key ${k.key_id}`, "data-action": "plan" },
+        plans.map((p) => el("option", { value: p, selected: p === k.plan }, p)))
+      : k.plan;
+    if (plan instanceof Node) plan.addEventListener("change", () => onPlan(k, plan.value));
+    // data-label: the column's name, shown beside each cell where a phone stacks the row
+    const tr = el("tr", { "data-key-id": k.key_id, class: k.revoked ? "revoked" : null },
+      el("td", { "data-label": "Key" }, el("code", {}, k.key_id), k.current ? el("span", { class: "badge" }, "this key") : null),
+      el("td", { "data-label": "Label" }, k.revoked ? k.name || "–" : labelEditor(k, (name) => onLabel(k, name))),
+      showTenant ? el("td", { "data-label": "Tenant" }, el("a", { href: `#/tenants/${encodeURIComponent(k.tenant)}` }, k.tenant)) : null,
+      el("td", { "data-label": "Plan" }, plan),
+      el("td", { "data-label": "Created (UTC)" }, when(k.created)),
+      el("td", { "data-label": "State" }, el("span", { class: `badge ${k.revoked ? "failed" : "ready"}` }, k.revoked ? "revoked" : "active")),
+      el("td", {}, k.revoked ? "" : revokeButton(k, () => onRevoke(k))));
+    return tr;
+  });
+  return el("div", { class: "scroll" }, el("table", { id: "keys-table" },
+    el("caption", { class: "visually-hidden" }, "API keys"),
+    el("thead", {}, el("tr", {}, head.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows)));
+}
+
+async function viewKeys(view) {
+  view.append(el("h1", {}, "API keys"));
+  const holder = el("div", { class: "panel", id: "keys" });
+  if (state.admin) {
+    const { plans } = await api("/admin/account");
+    view.append(createKeyForm(plans, () => show()));
+    view.append(holder);
+    async function show() {
+      const { data } = await api("/admin/keys");
+      holder.replaceChildren(el("h2", {}, `Every key (${data.length})`),
+        data.length ? keysTable([...data].reverse(), {
+          plans,
+          showTenant: true,
+          onPlan: async (k, plan) => {
+            try {
+              await api(`/admin/keys/${k.key_id}`, { method: "PATCH", body: { plan } });
+              say(`key ${k.key_id} moved to plan ${plan}`);
+            } catch (err) { say(`Could not change the plan: ${err.message}`); }
+          },
+          onLabel: (k, name) => api(`/admin/keys/${k.key_id}`, { method: "PATCH", body: { name } }),
+          onRevoke: async (k) => { await api(`/admin/keys/${k.key_id}`, { method: "DELETE" }); say(`key ${k.key_id} revoked`); await show(); },
+        }) : el("p", { class: "note" }, "No keys yet."));
+    }
+    await show();
+    return;
+  }
+  view.append(el("p", { class: "note" },
+    "The keys of your account. Any of them can relabel or revoke the others; new keys and plan changes come from the platform's operator (each key has its own limits and budget)."));
+  view.append(holder);
+  async function show() {
+    const { data } = await api("/v1/keys");
+    holder.replaceChildren(keysTable(data, {
+      onLabel: (k, name) => api(`/v1/keys/${k.key_id}`, { method: "PATCH", body: { name } }),
+      onRevoke: async (k) => {
+        await api(`/v1/keys/${k.key_id}`, { method: "DELETE" });
+        say(`key ${k.key_id} revoked`);
+        if (k.current) { signOut(); return; }
+        await show();
+      },
+    }));
+  }
+  await show();
+}
+
+function createKeyForm(plans, refresh) {
+  const plan = el("select", { id: "new-plan" }, plans.map((p) => el("option", { value: p }, p)));
+  const name = el("input", { id: "new-name", type: "text", maxlength: "200" });
+  const tenant = el("input", { id: "new-tenant", type: "text", list: "tenant-list", placeholder: "a new tenant" });
+  const list = el("datalist", { id: "tenant-list" });
+  const shown = el("div", { id: "new-key", "aria-live": "polite" });
+  const form = el("form", { class: "panel", id: "create-key" }, el("h2", {}, "Create a key"),
+    el("div", { class: "controls" },
+      el("div", {}, el("label", { for: "new-plan" }, "Plan"), plan),
+      el("div", {}, el("label", { for: "new-name" }, "Label"), name),
+      el("div", {}, el("label", { for: "new-tenant" }, "Tenant (empty: a new one)"), tenant, list),
+      el("div", {}, el("button", { type: "submit", id: "create-key-button" }, "Create key"))),
+    shown);
+  api("/admin/tenants").then(({ data }) => list.replaceChildren(...data.map((t) => el("option", { value: t.tenant })))).catch(() => {});
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = { plan: plan.value, name: name.value };
+    if (tenant.value.trim()) body.tenant = tenant.value.trim();
+    try {
+      const made = await api("/admin/keys", { method: "POST", body });
+      const secret = el("input", { id: "new-key-value", type: "text", readonly: true, value: made.key, size: "48", "aria-label": "The new key" });
+      const copy = el("button", { type: "button", class: "secondary" }, "Copy");
+      copy.addEventListener("click", async () => {
+        try { await navigator.clipboard.writeText(made.key); say("key copied"); } catch { secret.select(); say("select the key and copy it"); }
+      });
+      shown.replaceChildren(el("div", { class: "once", role: "alert" },
+        el("p", {}, el("strong", {}, "Copy this key now: it is shown once and never again. "),
+          `Key ${made.key_id}, plan ${made.plan}, tenant ${made.tenant}.`),
+        el("p", { class: "controls" }, secret, copy)));
+      name.value = "";
+      secret.focus();
+      secret.select();
+      await refresh();
+    } catch (err) {
+      shown.replaceChildren(el("p", { class: "error", role: "alert" }, `Could not create the key: ${err.message}`));
+    }
+  });
+  return form;
+}
+
+// ---- operator pages -----------------------------------------------------------------------
+
+async function viewTenants(view, tenant) {
+  if (tenant) {
+    view.append(el("p", {}, el("a", { href: "#/tenants" }, "← Tenants")), el("h1", {}, `Tenant ${tenant}`));
+    const t = await api(`/admin/tenants/${encodeURIComponent(tenant)}`);
+    view.append(el("div", { class: "panel" }, el("h2", {}, "Keys"),
+      table(`Keys of ${tenant}`, ["Key", "Label", "Plan", "Created (UTC)", "State"],
+        t.keys.map((k) => [k.key_id, k.name || "–", k.plan, when(k.created), k.revoked ? "revoked" : "active"]))));
+    await usagePanels(view, `/admin/tenants/${encodeURIComponent(tenant)}`);
+    say(`tenant ${tenant} loaded`);
+    return;
+  }
+  view.append(el("h1", {}, "Tenants"));
+  const { data } = await api("/admin/tenants");
+  const rows = data.map((t) => [el("a", { href: `#/tenants/${encodeURIComponent(t.tenant)}` }, t.tenant),
+    when(t.created), t.active_keys, t.keys, t.plans.join(", ") || "–",
+    t.month_total_usd === null ? "–" : `$${t.month_total_usd}`]);
+  view.append(el("div", { class: "panel", id: "tenants" },
+    data.length ? table("Tenants", ["Tenant", "Since (UTC)", "Active keys", "Keys", "Plans", `This month`], rows, [2, 3, 5])
+      : el("p", { class: "note" }, "No tenants yet: create a key.")));
+  say(`${data.length} tenant(s)`);
+}
+
+function secs(x) {
+  if (x === null || x === undefined) return "–";
+  return x < 1 ? `${(x * 1000).toFixed(0)} ms` : `${x.toFixed(2)} s`;
+}
+
+async function viewOperations(view) {
+  view.append(el("h1", {}, "Operations"));
+  const canary = el("button", { type: "button", class: "secondary", id: "run-canary" }, "Run the canary now");
+  const stamp = el("span", { class: "note", id: "ops-at" });
+  view.append(el("p", { class: "controls" }, canary, stamp));
+  const alerts = el("div", { class: "panel", id: "alerts" });
+  const tiers = el("div", { class: "panel", id: "ops-tiers" });
+  view.append(alerts, tiers);
+  canary.addEventListener("click", async () => {
+    canary.disabled = true;
+    say("canary running");
+    try { await api("/admin/canary", { method: "POST" }); await draw(); say("canary done"); }
+    catch (err) { say(`Canary: ${err.message}`); }
+    finally { canary.disabled = false; }
+  });
+  async function draw() {
+    const ops = await api("/admin/operations");
+    stamp.textContent = `Live; updated ${when(ops.at)} UTC, every 5 s while this page is open.`;
+    alerts.replaceChildren(el("h2", {}, `Collapse alerts (${ops.alerts.length})`),
+      ops.alerts.length
+        ? el("ul", { class: "alerts" }, ops.alerts.map((a) => el("li", { "data-signal": a.signal },
+          el("strong", {}, a.tier), ` ${a.signal.replace("_", " ")}: ${a.message}`)))
+        : el("p", { class: "note" }, "None: every tier's live signals are within their limits."));
+    const served = ops.tiers;
+    const colour = served.map((_, i) => PALETTE[i % PALETTE.length]);
+    const short = served.map((t) => t.tier.split(":").pop());
+    const bars = (measure, label, fmt) => barChart({ groups: short, title: label, yLabel: label, yFormat: fmt,
+      series: served.map((t, i) => ({ label: short[i], colour: colour[i], values: served.map((u) => (u === t ? Number(t[measure]) || 0 : 0)) })), height: 200 });
+    tiers.replaceChildren(el("h2", {}, "Tiers"),
+      table("Live figures per tier", ["Tier", "State", "Requests", "Shed", "Errors", "First token", "Per token", "Queue wait", "Tokens in", "Tokens out", "Alerts"],
+        served.map((t) => [t.tier, t.state, t.requests, t.shed, pct(t.error_rate), secs(t.ttft_s), secs(t.tpot_s),
+          secs(t.queue_wait_s), t.prompt_tokens.toLocaleString("en"), t.completion_tokens.toLocaleString("en"), t.alerts]),
+        [2, 3, 4, 5, 6, 7, 8, 9, 10]),
+      el("div", { class: "charts" },
+        el("figure", {}, el("figcaption", {}, "Requests per tier"), bars("requests", "requests", (v) => Math.round(v))),
+        el("figure", {}, el("figcaption", {}, "Mean time to first token"), bars("ttft_s", "seconds", (v) => `${v.toFixed(2)} s`))),
+      el("p", { class: "note" }, "Counts since the counters began, over every gateway replica; queue wait is this gateway replica's now."));
+  }
+  await draw();
+  const timer = setInterval(() => {
+    if (!view.isConnected || !view.contains(tiers)) { clearInterval(timer); return; }
+    draw().catch(() => {});
+  }, 5000);
+  say("operations loaded");
+}
+
 // ---- routing ------------------------------------------------------------------------------
 
-const ROUTES = { models: viewModels, silence: viewSilence };
+const ROUTES = {
+  models: viewModels, silence: viewSilence, usage: viewUsage, playground: viewPlayground,
+  keys: viewKeys, tenants: viewTenants, operations: viewOperations,
+};
+const CUSTOMER_ONLY = new Set(["usage", "playground"]);
+const ADMIN_ONLY = new Set(["tenants", "operations"]);
 
 async function route() {
-  const view = document.getElementById("view");
-  view.replaceChildren();
+  // each visit draws into a fresh element: a page still loading when another is chosen
+  // finishes into a detached one, never into the page now shown
+  const view = el("div");
+  document.getElementById("view").replaceChildren(view);
   if (!state.account && !state.admin) {
     document.getElementById("sign-in").hidden = false;
     document.getElementById("key").focus();
     return;
   }
   const [name, ...rest] = location.hash.replace(/^#\/?/, "").split("/");
-  const page = ROUTES[name] ? name : "models";
+  const allowed = state.admin ? !CUSTOMER_ONLY.has(name) : !ADMIN_ONLY.has(name);
+  const page = ROUTES[name] && allowed ? name : "models";
   for (const a of document.querySelectorAll("#nav a")) {
     if (a.getAttribute("href") === `#/${page}`) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
