@@ -319,6 +319,13 @@ def test_keys_are_created_once_shown_replanned_relabelled_and_revoked(
     page.reload()
     page.wait_for_selector(row)
     assert key not in page.content()
+    # the newest keys come first (at most 50 shown); the filter finds any by tenant, label, id
+    page.fill("#keys-filter", "made in the browser")
+    deadline = time.monotonic() + 30  # (the page's policy allows no wait_for_function)
+    while page.locator("#keys-table tbody tr").count() != 1:
+        assert time.monotonic() < deadline, "the filter did not narrow the keys to one"
+        time.sleep(0.2)
+    assert page.locator(row).count() == 1
 
     # the customer's own page lists both keys of the tenant, relabels and revokes the new one
     tab = Page(browser)

@@ -1,6 +1,16 @@
 """The resource classes behind the clients' attributes (client.chat.completions, ...)."""
 
-from .admin import Admin, AsyncAdmin, AsyncKeys, AsyncTenants, Keys, Tenants
+from .account import Accounts, AsyncAccounts, AsyncOwnKeys, AsyncRequests, OwnKeys, Requests
+from .admin import (
+    Admin,
+    AsyncAdmin,
+    AsyncKeys,
+    AsyncOperations,
+    AsyncTenants,
+    Keys,
+    Operations,
+    Tenants,
+)
 from .billing import AsyncInvoices, AsyncUsage, Invoices, Usage
 from .chat import AsyncChat, AsyncChatCompletionStream, Chat, ChatCompletionStream
 from .chunks import AsyncChunks, AsyncChunkStream, Chunks, ChunkStream
@@ -10,6 +20,14 @@ from .models import AsyncModels, Models
 from .responses import AsyncResponses, AsyncResponseStream, Responses, ResponseStream
 
 __all__ = [
+    "Accounts",
+    "AsyncAccounts",
+    "Requests",
+    "AsyncRequests",
+    "OwnKeys",
+    "AsyncOwnKeys",
+    "Operations",
+    "AsyncOperations",
     "Admin",
     "AsyncAdmin",
     "Keys",

@@ -909,11 +909,20 @@ async function viewKeys(view) {
   if (state.admin) {
     const { plans } = await api("/admin/account");
     view.append(createKeyForm(plans, () => show()));
-    view.append(holder);
+    const filter = el("input", { id: "keys-filter", type: "search", placeholder: "tenant, label or key id" });
+    view.append(el("p", { class: "controls" }, el("span", {}, el("label", { for: "keys-filter" }, "Find a key "), filter)), holder);
+    let all = false;
+    filter.addEventListener("input", () => show());
     async function show() {
       const { data } = await api("/admin/keys");
+      const q = filter.value.trim().toLowerCase();
+      const found = [...data].reverse().filter((k) => !q || [k.tenant, k.name, k.key_id].some((v) => (v || "").toLowerCase().includes(q)));
+      const NEWEST = 50;  // the newest first; the rest on demand
+      const more = el("button", { type: "button", class: "secondary", id: "keys-all" }, `Show all ${found.length}`);
+      more.addEventListener("click", () => { all = true; show(); });
       holder.replaceChildren(el("h2", {}, `Every key (${data.length})`),
-        data.length ? keysTable([...data].reverse(), {
+        !all && found.length > NEWEST ? el("p", { class: "note" }, `The newest ${NEWEST} of ${found.length}. `, more) : null,
+        found.length ? keysTable(all ? found : found.slice(0, NEWEST), {
           plans,
           showTenant: true,
           onPlan: async (k, plan) => {
@@ -924,7 +933,7 @@ async function viewKeys(view) {
           },
           onLabel: (k, name) => api(`/admin/keys/${k.key_id}`, { method: "PATCH", body: { name } }),
           onRevoke: async (k) => { await api(`/admin/keys/${k.key_id}`, { method: "DELETE" }); say(`key ${k.key_id} revoked`); await show(); },
-        }) : el("p", { class: "note" }, "No keys yet."));
+        }) : el("p", { class: "note" }, data.length ? "No key matches." : "No keys yet."));
     }
     await show();
     return;
