@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -508,21 +509,24 @@ class Platform:
         from zerolayer.serve.app import APP_NAME
 
         limit = self.cfg.gateway.drain_s
-        for attempt in (1, 2):  # a handle that fails at once is made again, once
-            try:
-                app = _serve_apps().get(APP_NAME)
-                if app is None or app.status.value != "RUNNING":
-                    return  # a failed or partial start: nothing is being served
-                with _SERVE_API:
-                    gateway = serve.get_app_handle(APP_NAME)
-                    left = gateway.drain.remote(limit).result(timeout_s=limit + 10)
-                if left:
-                    self._say(f"drain: {left} requests still in flight after {limit:g} s")
-                return
-            except Exception as exc:  # nothing to drain (not deployed) or the gateway is gone
-                self._say(f"drain skipped (attempt {attempt}): {type(exc).__name__}: {exc}")
-                if isinstance(exc, TimeoutError):
-                    return  # it had its time
+
+        async def drain() -> int:
+            # awaited in an event loop of its own: with Serve's throughput-optimised mode a
+            # handle's router runs in the caller's loop, and a handle used outside any loop
+            # raises RuntimeError ("No event loop running")
+            gateway = serve.get_app_handle(APP_NAME)
+            return int(await asyncio.wait_for(gateway.drain.remote(limit), limit + 10))
+
+        try:
+            app = _serve_apps().get(APP_NAME)
+            if app is None or app.status.value != "RUNNING":
+                return  # a failed or partial start: nothing is being served
+            with _SERVE_API:
+                left = asyncio.run(drain())
+            if left:
+                self._say(f"drain: {left} requests still in flight after {limit:g} s")
+        except Exception as exc:  # nothing to drain (not deployed) or the gateway is gone
+            self._say(f"drain skipped: {type(exc).__name__}: {exc}")
 
     def _children(self) -> list[psutil.Process]:
         """This process's descendants started since Ray was: Ray's processes (the embedded
