@@ -22,7 +22,7 @@ from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 from zerolayer.gateway.usage import add_billing_routes
 from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant
 
-__all__ = ["admin_guard", "admin_router", "KeyNotFound", "key_call"]
+__all__ = ["admin_guard", "admin_router", "KeyNotFound", "key_call", "revoke_and_purge"]
 
 
 class KeyNotFound(APIError):
@@ -64,6 +64,15 @@ async def key_call(fn: Any, *args: Any) -> Any:
         raise KeyNotFound(str(exc)) from exc
     except UnknownTenant as exc:
         raise TenantNotFound(str(exc), param="tenant") from exc
+
+
+async def revoke_and_purge(parts: GatewayParts, store: KeyStore, key_id: str) -> dict[str, Any]:
+    """Revoke a key and delete the prompts kept of it (the record first: a sample being written
+    at the same moment sees the revocation and keeps nothing); the record and how many went."""
+    record = await key_call(store.revoke, key_id)
+    admin = parts.traffic_admin
+    deleted = await key_call(admin.purge, key_id) if admin is not None else 0
+    return {**record.public(), "traffic_deleted": deleted}
 
 
 def admin_router(parts: GatewayParts) -> APIRouter:
@@ -109,10 +118,8 @@ def admin_router(parts: GatewayParts) -> APIRouter:
 
     @router.delete("/keys/{key_id}")
     async def revoke_key(request: Request, key_id: str) -> dict[str, Any]:
-        """Revoke a key and delete the prompts kept of it (the record first: a sample being
-        written at the same moment sees the revocation and keeps nothing)."""
-        record = await call(guard(request).revoke, key_id)
-        return {**record.public(), "traffic_deleted": await call(purge, key_id)}
+        """Revoke a key and delete the prompts kept of it."""
+        return await revoke_and_purge(parts, guard(request), key_id)
 
     @router.patch("/keys/{key_id}", openapi_extra=body_schema(ChangePlanRequest))
     async def change_key(request: Request, key_id: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from zerolayer.errors import InvalidRequest
-from zerolayer.gateway.admin import KeyNotFound, key_call
+from zerolayer.gateway.admin import KeyNotFound, key_call, revoke_and_purge
 from zerolayer.gateway.http import authorise, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
@@ -28,7 +28,7 @@ __all__ = ["keys_router"]
 
 
 def keys_router(parts: GatewayParts) -> APIRouter:
-    """The routes of /v1/keys (none when the gateway has no key store)."""
+    """The routes of /v1/keys (400 when the gateway has no key store)."""
     router = APIRouter(prefix="/v1/keys")
     cfg = parts.config
     max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
@@ -41,13 +41,12 @@ def keys_router(parts: GatewayParts) -> APIRouter:
     def view(record: ApiKeyRecord, caller: ApiKeyRecord) -> dict[str, Any]:
         return {**record.public(), "current": record.key_id == caller.key_id}
 
-    async def own(request: Request, key_id: str) -> tuple[ApiKeyRecord, ApiKeyRecord]:
-        """The caller's record and that of one of its tenant's keys (404 for any other)."""
+    async def own(request: Request, key_id: str) -> ApiKeyRecord:
+        """The caller's record, once key_id is one of its tenant's keys (404 for any other)."""
         caller = await authorise(request, parts.lookup_key)
-        record = await key_call(store().get, key_id)
-        if record.owner != caller.owner:
+        if (await key_call(store().get, key_id)).owner != caller.owner:
             raise KeyNotFound(f"no API key with id {key_id!r}")
-        return caller, record
+        return caller
 
     @router.get("")
     async def list_keys(request: Request) -> dict[str, Any]:
@@ -57,16 +56,14 @@ def keys_router(parts: GatewayParts) -> APIRouter:
 
     @router.patch("/{key_id}", openapi_extra=body_schema(RenameKeyRequest))
     async def rename_key(request: Request, key_id: str) -> dict[str, Any]:
-        caller, _ = await own(request, key_id)
+        caller = await own(request, key_id)
         body = await read_json(request, RenameKeyRequest, max_bytes, timeout)
         return view(await key_call(store().set_name, key_id, body.name), caller)
 
     @router.delete("/{key_id}")
     async def revoke_key(request: Request, key_id: str) -> dict[str, Any]:
-        caller, _ = await own(request, key_id)
-        record = await key_call(store().revoke, key_id)
-        admin = parts.traffic_admin
-        deleted = await key_call(admin.purge, key_id) if admin is not None else 0
-        return {**view(record, caller), "traffic_deleted": deleted}
+        caller = await own(request, key_id)
+        revoked = await revoke_and_purge(parts, store(), key_id)
+        return {**revoked, "current": key_id == caller.key_id}
 
     return router
