@@ -215,7 +215,7 @@ def main() -> None:
     order = random.Random(args.seed)
     meter = CpuMeter() if args.cpu else None
 
-    from zerolayer.config import load_config
+    from zerolayer.config import VllmTier, load_config
     from zerolayer.engines.vllm_engine import VLLMEngine
     from zerolayer.models.importer import ensure_model
     from zerolayer.serve.launcher import Platform
@@ -227,6 +227,7 @@ def main() -> None:
     model = cfg.default_model
     mcfg = cfg.models[model]
     tier = mcfg.tiers["baseline"]
+    assert isinstance(tier, VllmTier), "the baseline tier is served by vLLM"
     model_dir = ensure_model(cfg, model)
     platform = Platform(cfg).start()
     engine = VLLMEngine(

@@ -5,6 +5,7 @@ the artifacts package is a leaf, and no modules import each other in a circle.""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import zerolayer
@@ -61,43 +62,80 @@ def _graph() -> dict[str, set[str]]:
     return {_module(p): _edges(p) for p in ROOT.rglob("*.py")}
 
 
-# docs/architecture.md's table: a package imports its own layer's packages or lower ones
-LAYERS = {
-    "errors": 0,
-    "artifacts": 1,
-    "protocol": 1,
-    "config": 2,
-    "engines": 3,
-    "store": 3,
-    "conversations": 3,
-    "billing": 3,
-    "tokenfix": 3,
-    "chunker": 3,
-    "models": 3,
-    "replicas": 4,
-    "gateway": 4,
-    "collapse": 5,
-    "serve": 6,
-    "cluster": 6,
-    "cli": 6,
-    "status": 6,
-}
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+def parse_table(text: str) -> dict[str, set[str]]:
+    """The "may import" table of docs/architecture.md: package -> the packages it may import.
+    A row's packages are its backticked names outside parentheses; its allowance is "nothing",
+    "everything", or "layer N" / "layers A-B" and backticked package names."""
+    section = text.split("## Packages and the layering rule", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            names = re.findall(r"`([a-z_]+)`", re.sub(r"\([^)]*\)", "", cells[1]))
+            rows.append((int(cells[0]), names, cells[2]))
+    layer = {name: n for n, names, _ in rows for name in names}
+    table: dict[str, set[str]] = {}
+    for _n, names, allowed in rows:
+        may: set[str] = set()
+        if allowed == "everything":
+            may = set(layer)
+        elif allowed != "nothing":
+            for lo, hi in re.findall(r"layers? (\d+)(?:-(\d+))?", allowed):
+                may |= {p for p, n in layer.items() if int(lo) <= n <= int(hi or lo)}
+            may |= set(re.findall(r"`([a-z_]+)`", allowed))
+        for name in names:
+            table[name] = may - {name}
+    return table
 
 
 def _package(module: str) -> str:
     return module.split(".")[1] if "." in module else ""
 
 
-def test_packages_import_only_their_layer_or_lower() -> None:
-    graph = _graph()
-    assert {_package(m) for m in graph} - {""} <= set(LAYERS), "a new package needs a layer"
-    bad = [
+def violations(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    """Every import of one package by another that the table does not allow."""
+    return sorted(
         f"{mod} imports {dep}"
         for mod, deps in graph.items()
         for dep in deps
-        if _package(mod) and _package(dep) and LAYERS[_package(dep)] > LAYERS[_package(mod)]
+        if _package(mod)
+        and _package(dep)
+        and _package(dep) != _package(mod)
+        and _package(dep) not in table.get(_package(mod), set())
+    )
+
+
+def test_packages_import_only_what_the_table_allows() -> None:
+    graph = _graph()
+    table = parse_table(DOC.read_text())
+    assert {_package(m) for m in graph} - {""} == set(table), "each package needs a row"
+    assert violations(graph, table) == []
+
+
+def test_the_table_reads_as_written() -> None:
+    table = parse_table(DOC.read_text())
+    assert table["errors"] == set()
+    assert table["config"] == {"errors", "ray_private", "artifacts", "protocol"}
+    assert table["billing"] == {"errors", "ray_private", "artifacts", "protocol", "config", "store"}
+    assert "replicas" not in table["gateway"] and "store" in table["gateway"]
+    assert "collapse" in table["serve"] and "serve" not in table["serve"]
+
+
+def test_a_planted_import_is_refused() -> None:
+    """An edge the table does not list fails, the same layer included (gateway -> replicas)."""
+    table = parse_table(DOC.read_text())
+    graph = {
+        "zerolayer.gateway.live": {"zerolayer.replicas.live", "zerolayer.store.keyspace"},
+        "zerolayer.billing.ledger": {"zerolayer.store.keyspace"},
+        "zerolayer.store.keys": {"zerolayer.gateway.http"},
+    }
+    assert violations(graph, table) == [
+        "zerolayer.gateway.live imports zerolayer.replicas.live",
+        "zerolayer.store.keys imports zerolayer.gateway.http",
     ]
-    assert bad == []
 
 
 def test_the_walker_sees_known_imports() -> None:

@@ -46,7 +46,10 @@ class ArtifactError(ZerolayerError):
 
 
 class ClusterError(ZerolayerError):
-    """The Kubernetes API could not be reached, or refused what `zerolayer cluster` asked."""
+    """The Kubernetes API could not be reached, or refused what `zerolayer cluster` asked
+    (`status`: the API server's HTTP status, when it answered)."""
+
+    status: int | None = None
 
 
 class APIError(ZerolayerError):

@@ -44,7 +44,7 @@ class _Value:
     dataclass default, a state dict set field by field, measured slower; benchmarks/protocol.py).
     The fields are the slots dataclass(slots=True) makes, in declaration order."""
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return type(self), tuple(getattr(self, name) for name in self.__slots__)

@@ -1,9 +1,12 @@
 """Headless Chromium (Debian's, which scripts/browser.sh installs) driven by Playwright, for the
-console's tests; and where their screenshots go."""
+console's tests; and where their screenshots go. The browsers are installed when a selected test
+first asks for one (`ensure_browsers`), so a run without browser tests never installs them."""
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,11 +37,19 @@ def screenshots() -> Path:
     return folder
 
 
+@functools.cache
+def ensure_browsers() -> None:
+    """Install Debian's Chromium and Firefox ESR if they are missing (scripts/browser.sh; once
+    per test run)."""
+    subprocess.run([str(ROOT / "scripts" / "browser.sh")], check=True, timeout=900)
+
+
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A headless Chromium browser for the test."""
     from playwright.sync_api import sync_playwright
 
+    ensure_browsers()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from websockets.sync.client import connect
 
-from tests.console.browser import screenshots
+from tests.console.browser import ensure_browsers, screenshots
 
 FIREFOX = os.environ.get("ZEROLAYER_FIREFOX", "/usr/bin/firefox-esr")
 ENTER = "\ue007"
@@ -34,6 +34,7 @@ class Firefox:
     """One headless Firefox with one tab (use as a context manager)."""
 
     def __init__(self, width: int = 1280, height: int = 860, start_timeout_s: float = 60.0):
+        ensure_browsers()
         self.profile = tempfile.mkdtemp(prefix="zl-firefox-")
         self.proc = subprocess.Popen(
             [

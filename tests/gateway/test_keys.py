@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from zerolayer.gateway.live import CANARY_KEY
 from zerolayer.gateway.operations import alerts_of
+from zerolayer.store import keyspace
 
 from tests.gateway.conftest import Gateway, GatewayFactory
 from tests.gateway.test_api import CHAT, assert_openai_error
@@ -150,7 +150,7 @@ def test_operations_counts_requests_per_tier_and_lists_alerts(
     assert row["ttft_s"] is not None and row["ttft_s"] >= 0
     assert row["queue_wait_s"] >= 0 and row["completion_tokens"] > 0
     # a canary result over its limit becomes an alert of that tier
-    key = CANARY_KEY.format(tier=tier)
+    key = keyspace.canary(tier)
     gw.redis.hset(key, mapping={"kl": "0.9", "limit": "0.05", "at": time.time(), "positions": 8})
     try:
         got = ops()

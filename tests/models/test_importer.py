@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from zerolayer.config import ModelConfig, ModelSource, TierConfig
+from zerolayer.config import ModelConfig, ModelSource, VllmTier
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import IMPORT_MANIFEST, import_model, is_imported, smollm2_gguf_path
 
@@ -35,7 +35,7 @@ def test_second_import_is_a_no_op(model_dir: Path, base_config) -> None:  # type
 
 def _local(path: Path) -> ModelConfig:
     return ModelConfig(
-        source=ModelSource(kind="hf-dir", path=str(path)), tiers={"baseline": TierConfig()}
+        source=ModelSource(kind="hf-dir", path=str(path)), tiers={"baseline": VllmTier()}
     )
 
 

@@ -5,6 +5,7 @@ clients share everything here but the sending itself."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import json
 import logging
@@ -268,7 +269,7 @@ class _ClientBase:
             asked = retry_after(response.headers)
             if asked is not None:
                 return asked if asked <= MAX_RETRY_AFTER else None
-        backoff = min(INITIAL_RETRY_DELAY * 2**retries, MAX_RETRY_DELAY)
+        backoff = min(INITIAL_RETRY_DELAY * 2.0**retries, MAX_RETRY_DELAY)
         return backoff * (1 - 0.25 * random.random())
 
     def _failed(self, request: httpx.Request, exc: httpx.TransportError) -> APIConnectionError:
@@ -285,8 +286,9 @@ class _ClientBase:
             stream = self._stream_cls(response, call.stream())
             parse: Callable[[], Any] = lambda: stream  # noqa: E731
         else:
-            assert call.parse is not None
-            parse = lambda: call.parse(response)  # type: ignore[misc]  # noqa: E731
+            parser = call.parse
+            assert parser is not None
+            parse = functools.partial(parser, response)
         return APIResponse(response, parse, retries) if raw else parse()
 
 

@@ -71,6 +71,10 @@ class _Completions:
     def text(self, item: Any) -> str | None:
         raise NotImplementedError
 
+    def final(self) -> Any:
+        """The whole answer the frames so far add up to (each kind's own type)."""
+        raise NotImplementedError
+
 
 class ChatKind(_Completions):
     """A streamed chat completion: ChatCompletionChunk events, a ChatCompletion in the end."""

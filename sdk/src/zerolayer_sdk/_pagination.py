@@ -72,7 +72,7 @@ class Page(_PageBase[T]):
                 return
             page = page.get_next_page()
 
-    def __iter__(self) -> Iterator[T]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[T]:
         for page in self.iter_pages():
             yield from page.data
 

@@ -4,7 +4,7 @@ each method describes its call (a Call) and hands it to its client; lists come b
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 import pydantic
@@ -76,9 +76,11 @@ class SyncAPIResource:
 
         def fetch(cursor: str) -> Page[M]:
             call = _page_call(path, at, cursor, model, Page, fetch, flags)
-            return self._client._send(call, raw=False)  # type: ignore[no-any-return]
+            return cast("Page[M]", self._client._send(call, raw=False))
 
-        return self._send(_page_call(path, at, at.get("after"), model, Page, fetch, flags))  # type: ignore[no-any-return]
+        return cast(
+            "Page[M]", self._send(_page_call(path, at, at.get("after"), model, Page, fetch, flags))
+        )
 
 
 class AsyncAPIResource:
@@ -98,10 +100,10 @@ class AsyncAPIResource:
 
         async def fetch(cursor: str) -> AsyncPage[M]:
             call = _page_call(path, at, cursor, model, AsyncPage, fetch, flags)
-            return await self._client._send(call, raw=False)  # type: ignore[no-any-return]
+            return cast("AsyncPage[M]", await self._client._send(call, raw=False))
 
         async def first() -> AsyncPage[M]:
             call = _page_call(path, at, at.get("after"), model, AsyncPage, fetch, flags)
-            return await self._send(call)  # type: ignore[no-any-return]
+            return cast("AsyncPage[M]", await self._send(call))
 
         return AsyncPaginator(first)

@@ -56,7 +56,8 @@ class RateLimit:
     @classmethod
     def from_headers(cls, headers: httpx.Headers) -> RateLimit:
         def h(name: str) -> str | None:
-            return headers.get(f"x-ratelimit-{name}")
+            value: str | None = headers.get(f"x-ratelimit-{name}")
+            return value
 
         return cls(
             _int(h("limit-requests")),
@@ -90,13 +91,14 @@ class APIResponse(Generic[T]):
     @property
     def request_id(self) -> str | None:
         """The platform's id of this answer (x-request-id), for support and its logs."""
-        return self.headers.get("x-request-id")
+        value: str | None = self.headers.get("x-request-id")
+        return value
 
     @property
     def replayed(self) -> bool:
         """Whether the platform answered from an earlier request with the same
         Idempotency-Key (it ran once, and was billed once)."""
-        return self.headers.get("idempotent-replayed") == "true"
+        return bool(self.headers.get("idempotent-replayed") == "true")
 
     @property
     def ratelimit(self) -> RateLimit:

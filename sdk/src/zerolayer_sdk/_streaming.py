@@ -124,7 +124,8 @@ class _Base(Generic[T, F]):
     @property
     def request_id(self) -> str | None:
         """The platform's id of this answer (x-request-id)."""
-        return self.response.headers.get("x-request-id")
+        value: str | None = self.response.headers.get("x-request-id")
+        return value
 
     def _item(self, frame: ServerSentEvent) -> T | None:
         if frame.data == "[DONE]":

@@ -12,7 +12,15 @@ from typing import Any
 from zerolayer.artifacts.names import CARD_FILE, FORMAT_VERSION
 from zerolayer.errors import ArtifactError
 
-__all__ = ["write_card", "read_card", "is_built", "check_version", "card_stamp"]
+__all__ = [
+    "write_card",
+    "read_card",
+    "is_built",
+    "check_version",
+    "card_stamp",
+    "served_card",
+    "live_reference",
+]
 
 
 def check_version(found: Any, where: Path | str) -> int:
@@ -47,6 +55,8 @@ def read_card(folder: Path) -> dict[str, Any]:
         raise ArtifactError(f"no {CARD_FILE} in {folder}: the artifact is not built") from exc
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(card, dict):
+        raise ArtifactError(f"{path} is not a JSON object")
     check_version(card.get("format_version"), path)
     return card
 
@@ -71,3 +81,34 @@ def card_stamp(folder: Path | None) -> str | None:
         return hashlib.sha256((Path(folder) / CARD_FILE).read_bytes()).hexdigest()[:16]
     except OSError:
         return None
+
+
+def served_card(folder: Path | None, tier: str, artifact: str) -> dict[str, Any]:
+    """A served tier's card: what it serves and its measured quality change against dense
+    (folder None: the dense model, or an engine that loads no artifact)."""
+    if folder is None:
+        card: dict[str, Any] = {"method": "dense", "quality": {"ppl_delta": 0.0, "kl": 0.0}}
+    else:
+        card = read_card(folder)
+    card.pop("tier", None)
+    return {"tier": tier, "artifact": artifact, **card}
+
+
+def live_reference(card: dict[str, Any], silence_map: Path) -> dict[str, Any]:
+    """What a tier's live signals are measured against: the silence map's per-layer |a|
+    thresholds on down_proj's inputs, with the tier's calibrated sparsity and skip rate (its
+    card's `live_reference`; for the dense model the silence map's own, from the model's
+    `silence_map` folder). An artifact built before cards carried them gets the thresholds alone
+    (no calibrated figures: no drift), and a model without a silence map gets nothing ({})."""
+    if card.get("live_reference"):
+        return dict(card["live_reference"])
+    if card.get("method") == "dense":
+        try:
+            return dict(json.loads((silence_map / "live_reference.json").read_text()))
+        except (OSError, ValueError):
+            pass
+    try:
+        thresholds = json.loads((silence_map / "silence_map.json").read_text())["mlp"]["thresholds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {"thresholds": thresholds, "sparsity": None, "skip_rate": None}

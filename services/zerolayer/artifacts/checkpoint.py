@@ -15,7 +15,8 @@ __all__ = ["read_state", "read_config"]
 
 def read_config(folder: Path) -> dict[str, Any]:
     """config.json of a checkpoint folder."""
-    return json.loads((Path(folder) / "config.json").read_text())
+    config: dict[str, Any] = json.loads((Path(folder) / "config.json").read_text())
+    return config
 
 
 def read_state(folder: Path) -> dict[str, torch.Tensor]:

@@ -29,6 +29,7 @@ from redis.exceptions import RedisError, ResponseError
 from zerolayer.billing.events import STREAM, day_of
 from zerolayer.billing.ledger import APPLY_LUA, READ_LUA, Ledger
 from zerolayer.config import BillingConfig
+from zerolayer.store import keyspace
 
 __all__ = ["GROUP", "Biller", "backlog", "consumer_name"]
 
@@ -54,13 +55,12 @@ async def backlog(client: aioredis.Redis) -> dict[str, int]:
             lag = g.get("lag")
             if lag is None:  # Redis cannot tell: count them (up to 10,000; "at least")
                 after = "(" + _text(g.get("last-delivered-id") or b"0-0")
-                lag = len(await client.xrange(STREAM, after, "+", count=10_000))
+                lag = len(await client.xrange(STREAM, after, "+", count=10_000) or [])
             return {"unread": int(lag), "pending": int(g.get("pending") or 0)}
     return {"unread": int(await client.xlen(STREAM)), "pending": 0}  # no consumer started yet
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+_text = keyspace.text
 
 
 def _id(value: str) -> tuple[int, int]:
@@ -116,7 +116,8 @@ class Biller:
     async def _own(self) -> None:
         """After a restart under the same name: this consumer's own pending events first."""
         while True:
-            got = await self.client.xreadgroup(
+            # [[stream, [(id, fields), ...]]] (redis-py types the reply as a union)
+            got: Any = await self.client.xreadgroup(
                 GROUP, self.name, {STREAM: "0"}, count=self.cfg.batch
             )
             entries = got[0][1] if got else []

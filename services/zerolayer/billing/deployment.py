@@ -19,7 +19,8 @@ __all__ = ["BillingDeployment", "billing_deployment"]
 class BillingDeployment:
     """Counts usage events into the ledger in the background, from the replica's start."""
 
-    async def __init__(self, config: dict[str, Any]):
+    # Ray Serve awaits an async constructor before the replica takes requests
+    async def __init__(self, config: dict[str, Any]):  # type: ignore[misc]
         cfg = PlatformConfig.model_validate(config)
         client = async_client(
             cfg.redis, health_check_interval=30, socket_timeout=10, socket_connect_timeout=2

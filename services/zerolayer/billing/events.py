@@ -6,10 +6,10 @@ request's place in its key's limits and corrects its spend adds the event, so th
 and the ledger never disagree about a request, whichever step a crash interrupts. Refused
 requests (shed, rate limited, invalid) are written by `EventWriter.write`, without a settlement.
 
-Redis keys: zl:usage:events (the stream; field `e` holds the event's JSON, `a` a summary line of
-what counting needs, fields joined by the unit separator: id, tenant, key id, plan, model, tier,
-prices, status, day, prompt, cached prompt and completion tokens, cost in nano-dollars),
-zl:usage:seen:<event id> (its dedupe marker, kept `billing.dedupe_ttl_s`).
+Redis keys (zerolayer.store.keyspace): usage:events (the stream; field `e` holds the event's JSON,
+`a` a summary line of what counting needs, fields joined by the unit separator: id, tenant, key id,
+plan, model, tier, prices, status, day, prompt, cached prompt and completion tokens, cost in
+nano-dollars), usage:seen:<event id> (its dedupe marker, kept `billing.dedupe_ttl_s`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from zerolayer.config import TierPrice, usd_text
+from zerolayer.store import keyspace
 
 __all__ = [
     "EVENT_TYPE",
@@ -35,8 +36,8 @@ __all__ = [
     "rfc3339",
 ]
 
-STREAM = "zl:usage:events"
-SEEN_PREFIX = "zl:usage:seen:"
+STREAM = keyspace.usage_events()
+SEEN_PREFIX = keyspace.usage_seen_prefix()
 EVENT_TYPE = "ai.zerolayer.usage.v1"
 SOURCE = "/zerolayer/gateway"
 # ok: answered; client_disconnect: the client left (delivered tokens billed); engine_error: the

@@ -11,13 +11,12 @@ its aggregates and kept as it is. An event billed to a closed month is counted o
 arrives, in the next open month, on a line of its own marked with the month it belongs to
 (`late_from`).
 
-Redis keys (hash-tagged by tenant): zl:bill:{t}:day:<YYYY-MM-DD> (hash: "<cell>|<measure>" ->
-integer, a cell being key id|plan|model|tier|prices|late month), zl:bill:{t}:events:<YYYY-MM>
-(list of the month's events, for export), zl:bill:{t}:months (set of months with usage),
-zl:bill:{t}:applied:<day> (set of the ids counted, by the events' day),
-zl:bill:{t}:closed:<YYYY-MM> (when it closed), zl:bill:{t}:invoice:<YYYY-MM> (the closed
-invoice's JSON); zl:bill:tenants (set), and zl:bill:rejected (events that could not be read,
-kept for an operator)."""
+Redis keys (zerolayer.store.keyspace; hash-tagged by tenant): bill:{t}:day:<YYYY-MM-DD> (hash:
+"<cell>|<measure>" -> integer, a cell being key id|plan|model|tier|prices|late month),
+bill:{t}:events:<YYYY-MM> (list of the month's events, for export), bill:{t}:months (set of months
+with usage), bill:{t}:applied:<day> (set of the ids counted, by the events' day),
+bill:{t}:closed:<YYYY-MM> (when it closed), bill:{t}:invoice:<YYYY-MM> (the closed invoice's JSON);
+bill:tenants (set), and bill:rejected (events that could not be read, kept for an operator)."""
 
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ import redis.asyncio as aioredis
 from zerolayer.billing.events import STATUSES, rfc3339
 from zerolayer.config import nanos_usd, usd_text
 from zerolayer.errors import InvalidRequest, ObjectNotFound
+from zerolayer.store import keyspace
 
 __all__ = [
     "APPLY_LUA",
@@ -52,8 +52,8 @@ __all__ = [
     "request_row",
 ]
 
-TENANTS = "zl:bill:tenants"
-REJECTED = "zl:bill:rejected"
+TENANTS = keyspace.bill_tenants()
+REJECTED = keyspace.bill_rejected()
 MEASURES = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nanos")
 GROUPS = ("day", "key", "model", "tier")
 MAX_DAYS = 400  # the longest range /v1/usage reads at once
@@ -63,7 +63,7 @@ MAX_DAYS = 400  # the longest range /v1/usage reads at once
 # that is gone: acknowledged only) and acknowledge them; how many were counted. Increments are
 # summed per aggregate cell over the batch and written once per cell and measure. With `dedupe`
 # (entries delivered outside this script: claimed ones), an id counted before is skipped
-# (zl:bill:{t}:applied:<day>, the ids counted that way); entries the read script takes are
+# (bill:{t}:applied:<day>, the ids counted that way); entries the read script takes are
 # counted and acknowledged in the same step as their read, so they are never seen twice.
 COUNT_LUA = """
 local MEASURES = {'prompt_tokens', 'cached_prompt_tokens', 'completion_tokens', 'cost_nanos'}
@@ -109,9 +109,9 @@ local function count(stream, group, ttl, today, entries, dedupe)
     ids[#ids + 1] = entry[1]
     local d = text ~= '' and read(text, entry[3] or '')
     if text ~= '' and not d then
-      redis.call('RPUSH', 'zl:bill:rejected', text)
+      redis.call('RPUSH', '@REJECTED@', text)
     elseif d then
-      local base = 'zl:bill:{' .. d.tenant .. '}:'
+      local base = '@BILL@{' .. d.tenant .. '}:'
       local new = true
       if dedupe then
         local seen = base .. 'applied:' .. d.day
@@ -167,7 +167,7 @@ local function count(stream, group, ttl, today, entries, dedupe)
     for i = 1, #l, 4000 do redis.call('RPUSH', name, unpack(l, i, math.min(i + 3999, #l))) end
   end
   for name in pairs(sets) do redis.call('EXPIRE', name, ttl) end
-  for t in pairs(tenants) do redis.call('SADD', 'zl:bill:tenants', t) end
+  for t in pairs(tenants) do redis.call('SADD', '@TENANTS@', t) end
   for name, m in pairs(months) do
     for month in pairs(m) do redis.call('SADD', name, month) end
   end
@@ -179,6 +179,12 @@ local function count(stream, group, ttl, today, entries, dedupe)
   return counted
 end
 """
+# the script's key names (it derives a tenant's from the prefix, as _base below does)
+COUNT_LUA = (
+    COUNT_LUA.replace("@BILL@", keyspace.bill_prefix())
+    .replace("@TENANTS@", keyspace.bill_tenants())
+    .replace("@REJECTED@", keyspace.bill_rejected())
+)
 
 # ARGV: stream, group, dedupe ttl, today, then (entry id, event json, summary line) triples
 APPLY_LUA = (
@@ -230,8 +236,7 @@ return {n, #got, upto}
 )
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+_text = keyspace.text
 
 
 def parse_day(value: str, param: str) -> date:
@@ -480,7 +485,7 @@ class Ledger:
 
     @staticmethod
     def _base(tenant: str) -> str:
-        return f"zl:bill:{{{tenant}}}:"
+        return keyspace.bill_tenant(tenant)
 
     async def _read(self, tenant: str, days: list[str]) -> list[tuple[Cell, str, int]]:
         base = self._base(tenant)

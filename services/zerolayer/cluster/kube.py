@@ -57,7 +57,7 @@ class RayServiceClient:
             return fn(*args, _request_timeout=self.timeout_s, **kwargs)
         except ApiException as exc:
             err = ClusterError(f"{what}: the API server answered {exc.status}: {_reason(exc)}")
-            err.status = exc.status  # type: ignore[attr-defined]
+            err.status = exc.status
             raise err from exc
         except (HTTPError, OSError) as exc:
             raise ClusterError(

@@ -46,7 +46,7 @@ def prepare(cfg: PlatformConfig, out: IO[str] = sys.stderr) -> int:
     if not todo:
         return 0
     board = _Board()
-    Builds(cfg, board, lambda _m, _t: None, say).run(todo)  # type: ignore[arg-type]
+    Builds(cfg, board, lambda _m, _t: None, say).run(todo)
     failed = {t: s.reason for t, s in board.states.items() if s.status == "failed"}
     for tier, reason in failed.items():
         say(f"tier {tier}: its artifact failed to build: {reason}")

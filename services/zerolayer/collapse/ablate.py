@@ -134,7 +134,7 @@ class Evaluator:
 
     def dense(self) -> float:
         """Dense perplexity (computed on first use)."""
-        if self._dense is None:
+        if self._dense is None or self._dense_ppl is None:
             self._dense, total, count = [], 0.0, 0
             for x in bar(self.inputs, desc="dense reference", disable=not self.progress):
                 logp = self._logprobs(x)
@@ -142,7 +142,8 @@ class Evaluator:
                 total, count = total + nll, count + n
                 self._dense.append(logp.half())
             self._dense_ppl = math.exp(total / count)
-        return float(self._dense_ppl)
+            return self._dense_ppl
+        return self._dense_ppl
 
     @torch.no_grad()
     def evaluate(

@@ -167,10 +167,10 @@ def chat_corpus(
         cached,
         f"chat corpus: the model answers {len(prompts)} {split} prompts (once)",
     )
-    docs = {}
+    docs: dict[str, str] = {}
     for i, (p, r) in enumerate(zip(prompts, replies, strict=True)):
         turns = [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
-        docs[f"{i:03d}"] = builder.tokenizer.apply_chat_template(turns, tokenize=False)
+        docs[f"{i:03d}"] = str(builder.tokenizer.apply_chat_template(turns, tokenize=False))
     return Corpus(
         name=f"chat-{split}",
         source=f"{len(prompts)} prompts written in zerolayer, answered by {model_dir.name} "

@@ -333,9 +333,9 @@ def _cmd_drift(args: argparse.Namespace, cfg: PlatformConfig) -> int:
 def _live_drift(args: argparse.Namespace, cfg: PlatformConfig, stored: Any, out: Path) -> int:
     """`collapse drift --live`: one report per tier from its replicas' sampled activations."""
     from zerolayer.artifacts import card_stamp
+    from zerolayer.artifacts.card import live_reference, served_card
     from zerolayer.collapse.drift import write_report
     from zerolayer.collapse.live_drift import compare_live, live_counts
-    from zerolayer.replicas.artifacts import live_reference, tier_card
     from zerolayer.store.embedded import platform_redis
 
     model = args.model or cfg.default_model
@@ -352,7 +352,9 @@ def _live_drift(args: argparse.Namespace, cfg: PlatformConfig, stored: Any, out:
                 print(f"{tier}: no live activation counts (a torch-engine tier counts them)")
                 continue
             try:
-                reference = live_reference(cfg, model, tier_card(cfg, model, tier))
+                artifact = cfg.models[model].tiers[tier].artifact
+                card = served_card(cfg.served_artifact_dir(model, tier), tier, artifact)
+                reference = live_reference(card, cfg.artifact_root(model) / "silence_map")
             except Exception:  # no card readable: the report goes without the calibrated side
                 reference = {}
             report = compare_live(stored, counts, reference)

@@ -151,7 +151,9 @@ def _pydoc_text(module: str) -> str:
     import pydoc
 
     mod = importlib.import_module(module)
-    return _ADDRESS.sub("", pydoc.render_doc(mod, title="%s", renderer=pydoc.plaintext))
+    # pydoc.plaintext (TextDoc without overstruck bold) exists at run time; typeshed omits it
+    plain = pydoc.plaintext  # type: ignore[attr-defined]
+    return _ADDRESS.sub("", pydoc.render_doc(mod, title="%s", renderer=plain))
 
 
 def pydoc_corpus(split: str, cache_dir: Path | None = None) -> Corpus:

@@ -238,7 +238,8 @@ def _catalog_text(path: Path) -> tuple[str, str]:
     """A gettext catalog's translated messages (sorted by message id) and its project."""
     with open(path, "rb") as fh:
         t = gettext.GNUTranslations(fh)
-    cat = t._catalog  # noqa: SLF001 - the parsed catalog; the public API translates one id
+    # the parsed catalog (private, and so not in typeshed); the public API translates one id
+    cat = t._catalog  # type: ignore[attr-defined]
     lines = [str(v).strip() for k, v in sorted(cat.items(), key=lambda kv: str(kv[0])) if k]
     project = (t.info().get("project-id-version") or "").split()
     return "\n".join(x for x in lines if x), project[0] if project else path.stem

@@ -1,11 +1,11 @@
 """Drift of a served tier's live activations from the stored silence map, channel by channel.
 
-The tier's replicas count, on the decode steps and prompts their probe samples, how many tokens
-had each channel of down_proj's input at or under the silence map's threshold of its layer
-(zerolayer.replicas.live). Against the same thresholds, the stored map gives each channel's share
-on the calibration text; the report is the same as `collapse drift` on a new text (per layer
-silence ratios, the channels that changed state, a picture), plus each layer's live sparsity
-against the tier's calibrated value on its card."""
+The tier's replicas count, on the decode steps and prompts their probe samples, how many tokens had
+each channel of down_proj's input at or under the silence map's threshold of its layer
+(zerolayer.replicas.live, encoded as zerolayer.store.live says). Against the same thresholds, the
+stored map gives each channel's share on the calibration text; the report is the same as `collapse
+drift` on a new text (per layer silence ratios, the channels that changed state, a picture), plus
+each layer's live sparsity against the tier's calibrated value on its card."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import torch
 
 from zerolayer.collapse.drift import kind_report
 from zerolayer.collapse.silence_map import SilenceMap
-from zerolayer.replicas.live import ChannelCounts, channels_pattern
+from zerolayer.store import keyspace
+from zerolayer.store.live import ChannelCounts
 
 __all__ = ["compare_live", "live_counts"]
 
@@ -27,7 +28,7 @@ def live_counts(client: redis.Redis, tier: str, stamp: str | None) -> dict[str, 
     with `stamp`, only those of that artifact (the others are counted in `other_artifacts`)."""
     total = ChannelCounts()
     replicas, hours, other = set(), set(), 0
-    for key in client.scan_iter(match=channels_pattern(tier), count=500):
+    for key in client.scan_iter(match=keyspace.live_channels_pattern(tier), count=500):
         fields = client.hgetall(key)
         if not fields:
             continue  # expired since the scan saw it

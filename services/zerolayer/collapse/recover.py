@@ -96,7 +96,7 @@ def _distilled(
     for p in student.parameters():
         p.requires_grad_(False)
     layers = decoder_layers(student)
-    params: dict[tuple[int, str], torch.nn.Parameter] = {}
+    params: dict[tuple[int, str], torch.Tensor] = {}
     for (i, name), w in weights.items():
         proj = linear(layers[i], name)
         proj.weight.data.copy_(w)
@@ -114,7 +114,7 @@ def _distilled(
 def _train(
     model: Any,
     student: Any,
-    params: dict[tuple[int, str], torch.nn.Parameter],
+    params: dict[tuple[int, str], torch.Tensor],
     masks: dict[int, torch.Tensor],
     opt: torch.optim.Optimizer,
     windows: list[list[int]],

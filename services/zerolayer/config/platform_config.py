@@ -144,6 +144,13 @@ class PlatformConfig(Strict):
             else self.artifact_root(model) / kind
         )
 
+    def served_artifact_dir(self, model: str, tier: str) -> Path | None:
+        """The artifact folder a tier's replicas load (None for the dense model and for an
+        engine that loads none, the fake one)."""
+        if self.models[model].tiers[tier].engine == "fake":  # loads nothing
+            return None
+        return self.artifact_dir(model, tier)
+
     def redis_data_dir(self) -> Path:
         """Data directory of the embedded Redis."""
         return Path(self.redis.data_dir or Path(self.cache_dir) / "redis")

@@ -1,15 +1,16 @@
 """Stored responses and conversations in Redis, owned by tenants.
 
-Layout (a conversation's keys share one hash slot, so a Redis Cluster keeps them together):
-  zl:resp:{<id>}              hash: tenant, obj (the response object, JSON), input (its input
+Layout (names from zerolayer.store.keyspace; a conversation's keys share one hash slot, so a
+Redis Cluster keeps them together):
+  resp:{<id>}                 hash: tenant, obj (the response object, JSON), input (its input
                               items), context (the items the next turn continues from: the
                               history it was given, its input and its output), expires after
                               `response_ttl_s`
-  zl:conv:{<id>}              hash: tenant, created_at, metadata (JSON), seq (items added so far)
-  zl:conv:{<id>}:order        sorted set: item id -> its sequence number (the items' order)
-  zl:conv:{<id>}:items        hash: item id -> item (JSON)
-  zl:conv:{<id>}:lock         the response being generated on it (a lease: SET NX PX)
-  zl:tenant:{<tenant>}:objects  sorted set: "response:<id>" / "conversation:<id>" -> created_at
+  conv:{<id>}                 hash: tenant, created_at, metadata (JSON), seq (items added so far)
+  conv:{<id>}:order           sorted set: item id -> its sequence number (the items' order)
+  conv:{<id>}:items           hash: item id -> item (JSON)
+  conv:{<id>}:lock            the response being generated on it (a lease: SET NX PX)
+  tenant:{<tenant>}:objects   sorted set: "response:<id>" / "conversation:<id>" -> created_at
                               (what the admin API lists and deletes for a tenant)
 
 An object of another tenant is reported exactly as a missing one (NotFound): no existence
@@ -22,12 +23,13 @@ import functools
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 
 from zerolayer.conversations.items import Page
 from zerolayer.errors import ZerolayerError
+from zerolayer.store import keyspace
 
 __all__ = ["NotFound", "Busy", "StoredResponse", "ConversationStore"]
 
@@ -43,16 +45,9 @@ class Busy(ZerolayerError):
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 
 
-def _resp(rid: str) -> str:
-    return f"zl:resp:{{{rid}}}"
-
-
-def _conv(cid: str) -> str:
-    return f"zl:conv:{{{cid}}}"
-
-
-def _objects(tenant: str) -> str:
-    return f"zl:tenant:{{{tenant}}}:objects"
+_resp = keyspace.response
+_conv = keyspace.conversation
+_objects = keyspace.tenant_objects
 
 
 # KEYS: conv hash, order zset, items hash, lock. ARGV: tenant, lock token ('' = none),
@@ -146,13 +141,13 @@ class ConversationStore:
             ],
         )
 
-    async def _owned(self, key: str, tenant: str, what: str, *fields: str) -> list[bytes]:
-        """These fields of an object the tenant owns; NotFound (missing, or another tenant's:
-        the same answer) otherwise."""
+    async def _owned(self, key: str, tenant: str, what: str, *fields: str) -> list[Any]:
+        """These fields of an object the tenant owns (bytes, None where unset); NotFound
+        (missing, or another tenant's: the same answer) otherwise."""
         got = await self.client.hmget(key, ["tenant", *fields])
-        if got[0] is None or got[0].decode() != tenant:
+        if got[0] is None or keyspace.text(got[0]) != tenant:
             raise NotFound(f"no {what}")
-        return got[1:]
+        return list(got[1:])
 
     async def response(self, tenant: str, rid: str) -> StoredResponse:
         """A tenant's stored response; NotFound otherwise."""
@@ -221,7 +216,12 @@ class ConversationStore:
         await self.conversation(tenant, cid)
         key = _conv(cid)
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(key, key + ":order", key + ":items", key + ":lock")
+        pipe.delete(
+            key,
+            keyspace.conversation_order(cid),
+            keyspace.conversation_items(cid),
+            keyspace.conversation_lock(cid),
+        )
         pipe.zrem(_objects(tenant), f"conversation:{cid}")
         await pipe.execute()
 
@@ -234,7 +234,15 @@ class ConversationStore:
         args: list[Any] = [tenant, lock or "", self.conversation_ttl_ms]
         for it in items:
             args += [it["id"], _dumps(it)]
-        n = await self._add(keys=[key, key + ":order", key + ":items", key + ":lock"], args=args)
+        n = await self._add(
+            keys=[
+                key,
+                keyspace.conversation_order(cid),
+                keyspace.conversation_items(cid),
+                keyspace.conversation_lock(cid),
+            ],
+            args=args,
+        )
         if n == -1:
             raise NotFound(f"no conversation with id {cid!r}")
         if n == -2:
@@ -243,14 +251,13 @@ class ConversationStore:
     async def items(self, tenant: str, cid: str) -> list[dict[str, Any]]:
         """Every item of a conversation, oldest first (a response's history)."""
         await self.conversation(tenant, cid)
-        key = _conv(cid)
-        ids = await self.client.zrange(key + ":order", 0, -1)
-        return await self._items(key, ids)
+        ids = await self.client.zrange(keyspace.conversation_order(cid), 0, -1)
+        return await self._items(cid, ids)
 
-    async def _items(self, key: str, ids: list[bytes]) -> list[dict[str, Any]]:
+    async def _items(self, cid: str, ids: list[Any]) -> list[dict[str, Any]]:
         if not ids:
             return []
-        raw = await self.client.hmget(key + ":items", ids)
+        raw = await self.client.hmget(keyspace.conversation_items(cid), ids)
         return [json.loads(r) for r in raw if r is not None]
 
     async def item_page(
@@ -263,23 +270,26 @@ class ConversationStore:
     ) -> Page:
         """One page of a conversation's items, by cursor (the id of the item before it)."""
         await self.conversation(tenant, cid)
-        key = _conv(cid)
         lo, hi = "-inf", "+inf"
         if after is not None:
-            score = await self.client.zscore(key + ":order", after)
+            score = await self.client.zscore(keyspace.conversation_order(cid), after)
             if score is None:
                 raise NotFound(f"no item with id {after!r} in conversation {cid!r}")
             lo, hi = (f"({int(score)}", "+inf") if order == "asc" else ("-inf", f"({int(score)}")
         if order == "asc":
-            ids = await self.client.zrangebyscore(key + ":order", lo, hi, start=0, num=limit + 1)
+            ids = await self.client.zrangebyscore(
+                keyspace.conversation_order(cid), lo, hi, start=0, num=limit + 1
+            )
         else:
-            ids = await self.client.zrevrangebyscore(key + ":order", hi, lo, start=0, num=limit + 1)
-        return Page(await self._items(key, ids[:limit]), len(ids) > limit)
+            ids = await self.client.zrevrangebyscore(
+                keyspace.conversation_order(cid), hi, lo, start=0, num=limit + 1
+            )
+        return Page(await self._items(cid, ids[:limit]), len(ids) > limit)
 
     async def item(self, tenant: str, cid: str, item_id: str) -> dict[str, Any]:
         """One item of a conversation; NotFound otherwise."""
         await self.conversation(tenant, cid)
-        raw = await self.client.hget(_conv(cid) + ":items", item_id)
+        raw = await self.client.hget(keyspace.conversation_items(cid), item_id)
         if raw is None:
             raise NotFound(f"no item with id {item_id!r} in conversation {cid!r}")
         return json.loads(raw)
@@ -287,25 +297,26 @@ class ConversationStore:
     async def delete_item(self, tenant: str, cid: str, item_id: str) -> None:
         """Delete one item of a conversation."""
         await self.item(tenant, cid, item_id)
-        key = _conv(cid)
         pipe = self.client.pipeline(transaction=True)
-        pipe.zrem(key + ":order", item_id)
-        pipe.hdel(key + ":items", item_id)
+        pipe.zrem(keyspace.conversation_order(cid), item_id)
+        pipe.hdel(keyspace.conversation_items(cid), item_id)
         await pipe.execute()
 
     async def lock(self, tenant: str, cid: str, token: str, lease_ms: int) -> None:
         """Hold a conversation while a response is generated on it; Busy if another does."""
         await self.conversation(tenant, cid)
-        if not await self.client.set(_conv(cid) + ":lock", token, nx=True, px=lease_ms):
+        if not await self.client.set(keyspace.conversation_lock(cid), token, nx=True, px=lease_ms):
             raise Busy(f"another response is being generated on conversation {cid}")
 
     async def renew(self, cid: str, token: str, lease_ms: int) -> bool:
         """Extend the lease of a conversation this token holds; False if it holds it no more."""
-        return bool(await self._renew(keys=[_conv(cid) + ":lock"], args=[token, lease_ms]))
+        return bool(
+            await self._renew(keys=[keyspace.conversation_lock(cid)], args=[token, lease_ms])
+        )
 
     async def unlock(self, cid: str, token: str) -> None:
         """Release a conversation this token holds (no-op otherwise)."""
-        await self._unlock(keys=[_conv(cid) + ":lock"], args=[token])
+        await self._unlock(keys=[keyspace.conversation_lock(cid)], args=[token])
 
     # -- tenants -----------------------------------------------------------------------------
 
@@ -316,8 +327,8 @@ class ConversationStore:
         out, gone = [], []
         pipe = self.client.pipeline(transaction=False)
         parsed = []
-        for raw, score in members:
-            kind, _, oid = raw.decode().partition(":")
+        for raw, score in cast(list[tuple[bytes, float]], members):
+            kind, _, oid = keyspace.text(raw).partition(":")
             parsed.append((raw, kind, oid, score))
             pipe.exists(_resp(oid) if kind == "response" else _conv(oid))
         for (raw, kind, oid, score), alive in zip(parsed, await pipe.execute(), strict=True):

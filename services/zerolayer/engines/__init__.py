@@ -3,7 +3,7 @@ scripted fake for unit tests."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zerolayer.engines.base import Engine, SamplingSpec, TokenDelta
 from zerolayer.engines.fake import FakeEngine
@@ -26,32 +26,34 @@ def build_engine(
     """The engine a tier's config names, loading the tier's artifact from artifact_dir (the
     torch engine builds its CPU kernels as `kernels` says, and samples its steps for the live
     signals as `monitoring` says, against the per-layer `live_thresholds`)."""
-    if tier.engine == "fake":
+    from zerolayer.config import FakeTier, TorchTier
+
+    if isinstance(tier, FakeTier):
         return FakeEngine(tier.fake_script, delay_s=tier.fake_delay_s)
-    if tier.engine == "torch":
+    if isinstance(tier, TorchTier):
         from zerolayer.engines.torch_engine import Compiler, TorchEngine
 
         compiler = None
         if kernels is not None:
             compiler = Compiler(kernels.cc, tuple(kernels.cflags), kernels.enabled)
 
-        return TorchEngine(
-            model_dir,
-            artifact=tier.artifact,
-            artifact_dir=artifact_dir,
-            dtype=tier.dtype,
-            device=tier.device,
-            max_model_len=max_model_len,
-            max_num_seqs=tier.max_ongoing_requests,
-            kv_cache_gib=tier.kv_cache_gib,
-            threads=tier.threads,
-            device_budget_gib=tier.device_budget_gib,
-            sparse_min_tokens=tier.sparse_min_tokens,
-            compiler=compiler,
-            live_sample_rate=monitoring.sample_rate if monitoring else 0.0,
-            live_thresholds=live_thresholds,
-            job_defer_s=monitoring.canary_defer_s if monitoring else 30.0,
-        )
+        args: dict[str, Any] = {
+            "artifact": tier.artifact,
+            "artifact_dir": artifact_dir,
+            "dtype": tier.dtype,
+            "device": tier.device,
+            "max_model_len": max_model_len,
+            "max_num_seqs": tier.max_ongoing_requests,
+            "kv_cache_gib": tier.kv_cache_gib,
+            "threads": tier.threads,
+            "device_budget_gib": tier.device_budget_gib,
+            "sparse_min_tokens": tier.sparse_min_tokens,
+            "compiler": compiler,
+            "live_sample_rate": monitoring.sample_rate if monitoring else 0.0,
+            "live_thresholds": live_thresholds,
+            "job_defer_s": monitoring.canary_defer_s if monitoring else 30.0,
+        }
+        return TorchEngine(model_dir, **{**args, **tier.engine_args})
     from zerolayer.engines.vllm_engine import VLLMEngine
 
     # vLLM serves the dense checkpoint, or a pruned one (its per-layer widths via the plugin):
@@ -63,4 +65,6 @@ def build_engine(
         kv_cache_gib=tier.kv_cache_gib,
         gpu_memory_utilization=tier.gpu_memory_utilization,
         max_num_seqs=tier.max_ongoing_requests,
+        enforce_eager=tier.enforce_eager,
+        engine_args=tier.engine_args,
     )

@@ -24,8 +24,12 @@ class VLLMEngine:
         kv_cache_gib: float = 2.0,
         gpu_memory_utilization: float = 0.85,
         max_num_seqs: int = 64,
+        enforce_eager: bool | None = None,
+        engine_args: dict[str, Any] | None = None,
     ):
         self.model_dir = model_dir
+        self.enforce_eager = enforce_eager
+        self.engine_args = dict(engine_args or {})
         self.dtype = dtype
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
@@ -42,18 +46,30 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(
-            model=self.model_dir,
-            tokenizer=self.model_dir,
-            dtype=self.dtype,
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
-            enforce_eager=True,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            disable_log_stats=True,
-        )
+        args = AsyncEngineArgs(**self.args())
         # only our own stat logger (vLLM's default ones print every few seconds)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_prefix_logger(self._prefix)])
+
+    def args(self) -> dict[str, Any]:
+        """vLLM's engine arguments (AsyncEngineArgs) for this engine: zerolayer's, then the
+        tier's own engine_args over them. Eager mode (no CUDA graphs) is the default on a CPU
+        only: a GPU captures CUDA graphs unless the tier says enforce_eager."""
+        eager = self.enforce_eager
+        if eager is None:
+            import torch
+
+            eager = not torch.cuda.is_available()
+        return {
+            "model": self.model_dir,
+            "tokenizer": self.model_dir,
+            "dtype": self.dtype,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "enforce_eager": eager,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "disable_log_stats": True,
+            **self.engine_args,
+        }
 
     async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
         from vllm import SamplingParams

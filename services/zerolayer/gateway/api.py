@@ -153,7 +153,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
             report = await parts.live.report([str(t) for t in cards])
             cards = {t: {**c, "monitoring": report.get(str(t), {})} for t, c in cards.items()}
         measured = await tier_stats(parts.metrics)
-        plan = record and record.plan  # the admin key has no plan: no prices
+        plan = None if record is None else record.plan  # the admin key: no plan, no prices
         data = catalog.cards(int(time.time()), cards, states, plan, measured)
         return {"object": "list", "data": data}
 

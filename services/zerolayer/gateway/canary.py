@@ -10,7 +10,7 @@ token (an upper bound). Merging the tail into one bucket can only lower a KL, so
 an estimate from below of the full KL, close to it when the top k hold most of the mass.
 
 One gateway replica runs it per interval (a Redis lock); the result is kept in Redis
-(`zl:canary:<model:tier>`)."""
+(keyspace.canary: `canary:<model:tier>`)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 from zerolayer.config import PlatformConfig
-from zerolayer.gateway.live import CANARY_KEY
 from zerolayer.protocol import Target
+from zerolayer.store import keyspace
 
 __all__ = ["CANARY_TEXTS", "CanaryRunner", "topk_kl"]
 
@@ -45,8 +46,8 @@ CANARY_TEXTS = [
     "Merci d'apporter vos documents.",
 ]
 
-_LOCK = "zl:canary:lock"
-_LAST = "zl:canary:last"
+_LOCK = keyspace.canary_lock()
+_LAST = keyspace.canary_last()
 
 
 def topk_kl(reference: list[dict[str, Any]], tier: list[dict[str, Any]]) -> tuple[float, int]:
@@ -136,10 +137,14 @@ class CanaryRunner:
                 limit = self.cfg.models[model].tiers[target.tier].canary_kl_limit
                 limit = mon.canary_kl_limit if limit is None else limit
                 row = {"kl": kl, "limit": limit, "positions": positions}
-                await self.client.hset(
-                    CANARY_KEY.format(tier=target),
-                    mapping={**row, "at": time.time(), "baseline": str(base)},
-                )
+                kept: dict[FieldT, EncodableT] = {
+                    "kl": kl,
+                    "limit": limit,
+                    "positions": positions,
+                    "at": time.time(),
+                    "baseline": str(base),
+                }
+                await self.client.hset(keyspace.canary(str(target)), mapping=kept)
                 out[str(target)] = {**row, "flag": kl > limit}
         if out:
             await self.client.set(_LAST, time.time())

@@ -51,6 +51,11 @@ def _chunk_object(index: int, input_index: int, base: int, c: Chunk) -> dict[str
     }
 
 
+def _cut(options: dict[str, int], final: bool = True) -> ChunkOptions:
+    """The chunk options of the query string (sizes not given: the chunker's own)."""
+    return ChunkOptions(options.get("chunk_tokens"), options.get("overlap_tokens"), final)
+
+
 def _query_options(request: Request, default_chunk: int) -> tuple[str, dict[str, int]]:
     """The model and chunk options of a text/plain body, from the query string; 400 before the
     response starts when they do not fit together."""
@@ -106,8 +111,8 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
         call = await flow.free(record, request_id(), model, most)
         total, status = 0, "client_disconnect"
         try:
-            options = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
-            got = await parts.backend.chunk_all(model, texts, options)
+            cut = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
+            got = await parts.backend.chunk_all(model, texts, cut)
             if isinstance(got, Failed):
                 got.raise_()
             data: list[dict[str, Any]] = []
@@ -184,14 +189,14 @@ async def _streamed(
             buffer += decoder.decode(piece)
             if len(buffer) - fed < max(_FEED_CHARS, fed):
                 continue  # the chunker is asked again once the new text is as long as the rest
-            ev = await chunked(parts.backend, model, buffer, ChunkOptions(**options, final=False))
+            ev = await chunked(parts.backend, model, buffer, _cut(options, final=False))
             for line in lines(ev.chunks):
                 yield line
             base += ev.rest
             buffer = buffer[ev.rest :]
             fed = len(buffer)
         buffer += decoder.decode(b"", final=True)
-        ev = await chunked(parts.backend, model, buffer, ChunkOptions(**options))
+        ev = await chunked(parts.backend, model, buffer, _cut(options))
         for line in lines(ev.chunks):
             yield line
         done = {

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, cast
 
 from fastapi import FastAPI
 from ray import serve
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from zerolayer.billing.consumer import backlog
 from zerolayer.billing.ledger import Ledger
@@ -103,9 +103,11 @@ class HandleBackend:
     ) -> list[Chunks] | Failed:
         return await self.chunker.chunk_all.remote(model, texts, options)
 
-    async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+    async def stream(
+        self, target: Target, spec: SamplingSpec
+    ) -> AsyncGenerator[ReplicaEvent, None]:
         self._handle(target)
-        gen = self._streams[target].stream.remote(spec)
+        gen = cast(DeploymentResponseGenerator, self._streams[target].stream.remote(spec))
         finished = False
         try:
             async for ev in gen:
@@ -155,9 +157,13 @@ class GatewayDeployment:
             self.config.redis, health_check_interval=30, socket_timeout=5, socket_connect_timeout=2
         )
         self.keys = AsyncKeyStore(self.redis)
-        if tokenfix is None:  # tokenfix.in_gateway: the same code in this process
-            tokenfix = Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
-        self.backend = HandleBackend(tokenfix, chunker)
+        prepare: DeploymentHandle | Tokenfix = (
+            # tokenfix.in_gateway: the same code in this process
+            Tokenfix({m: self.config.model_dir(m) for m in self.config.models})
+            if tokenfix is None
+            else tokenfix
+        )
+        self.backend = HandleBackend(prepare, chunker)
         self.tiers = AsyncTierBoard(self.redis)
         ts, conv = self.config.traffic_sampling, self.config.conversations
         admin_redis = sync_client(self.config.redis)  # the admin API's calls (rare)

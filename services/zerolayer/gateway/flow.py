@@ -9,7 +9,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,7 +362,7 @@ class Flow:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             prompt = PromptInput(messages=messages)
         else:
-            prompt = PromptInput(prompt=body.prompt)
+            prompt = PromptInput(prompt=body.one_prompt())
         ids = await prompt_ids(self.backend, target.model, prompt)
         max_len = self.config.models[target.model].max_model_len
         default = self.config.gateway.default_max_tokens
@@ -515,15 +515,17 @@ class Flow:
             first = await asyncio.wait_for(anext(events), wait_s)
         except BaseException as exc:
             self.admission.forget(tier, waiting)
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
             err = _replica_failure(call.target, exc, wait_s, wait_s)
             if err is exc:
                 raise
             raise err from exc
-        if isinstance(first, Failed):
+        if not isinstance(first, Start):  # a replica answers Start first, or Failed
             self.admission.forget(tier, waiting)
-            await events.aclose()  # type: ignore[attr-defined]
-            first.raise_()
+            await events.aclose()
+            if isinstance(first, Failed):
+                first.raise_()
+            raise EngineError(f"the tier {call.target} began its answer without a Start")
 
         def on_token() -> None:
             self.admission.forget(tier, waiting)
@@ -606,7 +608,9 @@ class Flow:
         self.settle(call.reservation, tokens, event.cost_nanos, calls, event)
 
 
-def _replica_failure(target: Target, exc: Exception, limit_s: float, retry_s: float) -> Exception:
+def _replica_failure(
+    target: Target, exc: BaseException, limit_s: float, retry_s: float
+) -> BaseException:
     """What a failed call to a tier becomes for the client: a timeout, 503 tier_unavailable (no
     replica took or finished it: the tier is starting or restarting); a replica that broke (its
     process died, its handle failed), 503 engine_error; an APIError or a cancellation stays as
@@ -657,7 +661,7 @@ class Opened:
     the HTTP response closes (a no-op after on_end)."""
 
     first: Start
-    events: AsyncIterator[ReplicaEvent]
+    events: AsyncGenerator[ReplicaEvent, None]
     on_token: Callable[[], None]
     on_end: Callable[..., None]
     on_close: Callable[[], None]

@@ -144,7 +144,7 @@ async def read_json(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        message, param = validation_message(list(exc.errors()))
+        message, param = validation_message([dict(e) for e in exc.errors()])
         raise InvalidRequest(message, param=param) from exc
 
 
@@ -175,8 +175,10 @@ class ClosingStream(StreamingResponse):
             except OSError as exc:
                 raise ClientDisconnect() from exc
         finally:
-            with contextlib.suppress(Exception):
-                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            aclose = getattr(self.body_iterator, "aclose", None)  # an async generator's
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
             self._on_close()
 
 

@@ -16,7 +16,8 @@ that frees itself within `lease_s` (its request was not billed: its reservation 
 stream whose client left is kept as what it was sent, and its replay ends with an in-band
 `incomplete_result` error frame.
 
-Redis keys: zl:idem:<sha256 of the API key and path>:<sha256 of the idempotency key>.
+Redis keys (zerolayer.store.keyspace): idem:<sha256 of the API key and path>:<sha256 of the
+idempotency key>.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from zerolayer.errors import openai_error_body
+from zerolayer.store import keyspace
 
 __all__ = ["Idempotency"]
 
@@ -133,7 +135,9 @@ class Idempotency:
             await self.app(scope, _replay(body, True, receive), send)
             return
         who = hashlib.sha256(headers.get(b"authorization", b"") + b"\0" + scope["path"].encode())
-        name = f"zl:idem:{who.hexdigest()[:32]}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+        name = keyspace.idempotency(
+            who.hexdigest()[:32], hashlib.sha256(key.encode()).hexdigest()[:32]
+        )
         digest = _digest(body)
         claim = json.dumps({"state": "running", "body": digest, "id": secrets.token_hex(8)})
         try:

@@ -29,9 +29,9 @@ Windows are fixed calendar minutes (UTC); the token count admits a request when 
 count plus its reservation fits the limit, or when the minute is still empty (so one request
 larger than the whole limit is not refused for ever).
 
-Redis keys (hash-tagged by key id, so one key's are on one shard): zl:rl:{id}:req:<minute>,
-zl:rl:{id}:tok:<minute>, zl:rl:{id}:conc, zl:rl:{id}:res:<request id>,
-zl:rl:{id}:cost:<YYYY-MM> (nano-USD). The scripts build the minute's and the reservation's key
+Redis keys (zerolayer.store.keyspace; hash-tagged by key id, so one key's are on one shard):
+rl:{id}:req:<minute>, rl:{id}:tok:<minute>, rl:{id}:conc, rl:{id}:res:<request id>,
+rl:{id}:cost:<YYYY-MM> (nano-USD). The scripts build the minute's and the reservation's key
 names from the key's prefix: all share its hash tag.
 """
 
@@ -42,7 +42,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -59,6 +59,7 @@ from zerolayer.billing.events import (
 )
 from zerolayer.config import PlanConfig, PlanLimits, usd_text
 from zerolayer.errors import RateLimited
+from zerolayer.store import keyspace
 
 __all__ = ["Reservation", "Limiter", "month_of", "rate_headers", "retried"]
 
@@ -262,20 +263,15 @@ def rate_headers(limits: PlanLimits, r: Reservation, tokens: int, now: float) ->
     return out
 
 
-def _prefix(key_id: str) -> str:
-    return f"zl:rl:{{{key_id}}}"
+_prefix = keyspace.rate_limit
 
 
 def _arg(limit: float | None) -> int:
     return -1 if limit is None else int(limit)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 async def retried(
-    step: Callable[[], object],
+    step: Callable[[], Awaitable[object]],
     what: str,
     stop: asyncio.Event | None = None,
     first_s: float = 0.05,
@@ -286,7 +282,7 @@ async def retried(
     wait = first_s
     while True:
         try:
-            await step()  # type: ignore[misc]
+            await step()
             return True
         except RedisError as exc:
             log.warning("%s failed (%s); retrying in %.2f s", what, type(exc).__name__, wait)
@@ -340,7 +336,7 @@ class Limiter:
                 self.lease_ms,
             ],
         )
-        status, now = _text(status), int(now_ms) / 1000
+        status, now = keyspace.text(status), int(now_ms) / 1000
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
         return Reservation(key_id, request_id, int(now // 60), day_of(self.now()), int(used))
@@ -378,7 +374,7 @@ class Limiter:
                 _arg(lim.requests_per_minute),
             ],
         )
-        status = _text(status)
+        status = keyspace.text(status)
         if status == "gone":
             raise RateLimited(
                 "the request's concurrency lease ran out before it was admitted; retry",
@@ -459,7 +455,9 @@ class Limiter:
     async def sweep(self, most: int = 1000) -> int:
         """Give back the reservations whose lease ran out (their gateway died); how many."""
         n = 0
-        async for name in self.client.scan_iter(match="zl:rl:{*}:conc", count=500):
-            prefix = _text(name).removesuffix(":conc")
+        async for name in self.client.scan_iter(
+            match=keyspace.rate_limit_leases_pattern(), count=500
+        ):
+            prefix = keyspace.text(name).removesuffix(":conc")
             n += int(await self._sweep(args=[self._pinned_ms(), prefix, most]))
         return n

@@ -1,6 +1,6 @@
 """The production signals of collapsed tiers, read from Redis for /metrics and the tier cards:
-what tier replicas counted (zerolayer.replicas.live) and what the canary measured
-(zerolayer.gateway.canary).
+what tier replicas counted (zerolayer.replicas.live, keys in zerolayer.store.keyspace) and what
+the canary measured (zerolayer.gateway.canary).
 
 Per tier:
   activation sparsity  per layer over the last window_buckets buckets (sampled decode steps),
@@ -23,11 +23,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from zerolayer.config import MonitoringConfig
-from zerolayer.replicas.live import bucket_key, reference_key
+from zerolayer.store import keyspace
 
-__all__ = ["LiveSignals", "CANARY_KEY", "band", "render_live"]
-
-CANARY_KEY = "zl:canary:{tier}"
+__all__ = ["LiveSignals", "band", "render_live"]
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -71,9 +69,9 @@ class LiveSignals:
         pipe = self.client.pipeline(transaction=False)
         for tier in tiers:
             for b in buckets:
-                pipe.hgetall(bucket_key(tier, b))
-            pipe.get(reference_key(tier))
-            pipe.hgetall(CANARY_KEY.format(tier=tier))
+                pipe.hgetall(keyspace.live_bucket(tier, b))
+            pipe.get(keyspace.live_reference(tier))
+            pipe.hgetall(keyspace.canary(tier))
         got = await pipe.execute()
         per = len(buckets) + 2
         out = {}
@@ -114,8 +112,8 @@ class LiveSignals:
         seen = [j for j, r in enumerate(rates) if r is not None]
         # the newest bucket with traffic within the window
         latest = next((j for j in reversed(seen) if j >= len(rates) - c.window_buckets), None)
-        if latest is not None:
-            rate = rates[latest]
+        rate = None if latest is None else rates[latest]
+        if latest is not None and rate is not None:  # a bucket in `seen` has a rate
             history = [rates[j] for j in seen if j < latest]
             calibrated_rate = ref.get("skip_rate")
             b = band([r for r in history if r is not None], calibrated_rate, c)

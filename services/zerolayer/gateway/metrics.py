@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 import redis.asyncio as aioredis
+
+from zerolayer.store import keyspace
 
 __all__ = ["Metrics", "finished_by_tier", "tier_stats"]
 
@@ -77,7 +80,7 @@ class Metrics:
         self.client = client
         self.flush_every_s = flush_every_s
         self._pending: Counter[tuple[str, str]] = Counter()
-        self._sums: Counter[tuple[str, str]] = Counter()  # histogram sums, per labels
+        self._sums: defaultdict[tuple[str, str], float] = defaultdict(float)  # histogram sums
         self._last = time.monotonic()
         self._flushing: asyncio.Task[None] | None = None
 
@@ -128,19 +131,20 @@ class Metrics:
     async def flush(self) -> None:
         """Write the counts gathered so far to Redis."""
         pending, self._pending = self._pending, Counter()
-        sums, self._sums = self._sums, Counter()
+        sums, self._sums = self._sums, defaultdict(float)
         if not pending and not sums:
             return
         pipe = self.client.pipeline(transaction=False)
         for (counter, labels), n in pending.items():
-            pipe.hincrby(f"zl:metrics:{counter}", labels, n)
+            pipe.hincrby(keyspace.metrics_counter(counter), labels, n)
         for (histogram, labels), total in sums.items():
-            pipe.hincrbyfloat(f"zl:metrics:{histogram}:sum", labels, total)
+            pipe.hincrbyfloat(keyspace.metrics_sum(histogram), labels, total)
         try:
             await pipe.execute()
         except Exception:
             self._pending.update(pending)  # keep them for the next flush
-            self._sums.update(sums)
+            for k, total in sums.items():
+                self._sums[k] += total
             raise
 
     async def render(self, gauges: dict[str, dict[str, float]] | None = None) -> str:
@@ -150,17 +154,17 @@ class Metrics:
         lines: list[str] = []
         for counter, (name, help_text, label_names) in _COUNTERS.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
-            values = await self.client.hgetall(f"zl:metrics:{counter}")
+            values = await self.client.hgetall(keyspace.metrics_counter(counter))
             for raw, value in sorted(values.items()):
-                parts = raw.decode().split(_SEP)
+                parts = keyspace.text(raw).split(_SEP)
                 labels = ",".join(
                     f'{k}="{_escape(v)}"' for k, v in zip(label_names, parts, strict=False)
                 )
                 lines.append(f"{name}{{{labels}}} {int(value)}")
         for histogram, (name, help_text, label_names, bounds) in _HISTOGRAMS.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-            counts = await self.client.hgetall(f"zl:metrics:h:{histogram}")
-            sums = await self.client.hgetall(f"zl:metrics:h:{histogram}:sum")
+            counts = await self.client.hgetall(keyspace.metrics_counter(f"h:{histogram}"))
+            sums = await self.client.hgetall(keyspace.metrics_sum(f"h:{histogram}"))
             lines += _histogram_lines(name, label_names, bounds, counts, sums)
         for name, by_tier in (gauges or {}).items():
             lines += [f"# HELP {name} Measured on this gateway replica", f"# TYPE {name} gauge"]
@@ -172,7 +176,7 @@ async def _by_tier(client: aioredis.Redis, key: str) -> dict[str, float]:
     """A counter hash summed per tier (its first label) over its other labels."""
     out: dict[str, float] = {}
     for raw, value in (await client.hgetall(key)).items():
-        tier = raw.decode().split(_SEP)[0]
+        tier = keyspace.text(raw).split(_SEP)[0]
         out[tier] = out.get(tier, 0.0) + float(value)
     return out
 
@@ -181,8 +185,8 @@ async def finished_by_tier(metrics: Metrics) -> dict[str, dict[str, int]]:
     """Per tier, its admitted requests by how they ended (ok, engine_error, ...), every plan."""
     await metrics.flush()
     out: dict[str, dict[str, int]] = {}
-    for raw, value in (await metrics.client.hgetall("zl:metrics:finished")).items():
-        tier, _plan, status = raw.decode().split(_SEP)
+    for raw, value in (await metrics.client.hgetall(keyspace.metrics_counter("finished"))).items():
+        tier, _plan, status = keyspace.text(raw).split(_SEP)
         by = out.setdefault(tier, {})
         by[status] = by.get(status, 0) + int(float(value))
     return out
@@ -193,14 +197,18 @@ async def tier_stats(metrics: Metrics) -> dict[str, dict[str, float | None]]:
     and the mean time to first token and per output token (None before a first request)."""
     await metrics.flush()
     c = metrics.client
-    got = {name: await _by_tier(c, f"zl:metrics:{name}") for name in _COUNTERS if name != "limited"}
+    got = {
+        name: await _by_tier(c, keyspace.metrics_counter(name))
+        for name in _COUNTERS
+        if name != "limited"
+    }
     for h in _HISTOGRAMS:
         counts: dict[str, float] = {}
-        for raw, n in (await c.hgetall(f"zl:metrics:h:{h}")).items():
-            tier = raw.decode().split(_SEP)[0]
+        for raw, n in (await c.hgetall(keyspace.metrics_counter(f"h:{h}"))).items():
+            tier = keyspace.text(raw).split(_SEP)[0]
             counts[tier] = counts.get(tier, 0.0) + float(n)
         got[f"{h}_count"] = counts
-        got[f"{h}_sum"] = await _by_tier(c, f"zl:metrics:h:{h}:sum")
+        got[f"{h}_sum"] = await _by_tier(c, keyspace.metrics_sum(f"h:{h}"))
     tiers = set().union(*got.values())
     out: dict[str, dict[str, float | None]] = {}
     for t in sorted(tiers):
@@ -226,14 +234,14 @@ def _histogram_lines(
     name: str,
     label_names: tuple[str, ...],
     bounds: tuple[float, ...],
-    counts: dict[bytes, bytes],
-    sums: dict[bytes, bytes],
+    counts: Mapping[bytes | str, bytes | str],
+    sums: Mapping[bytes | str, bytes | str],
 ) -> list[str]:
     """Cumulative buckets, sum and count per label set, in Prometheus' text format."""
     per: dict[str, list[int]] = {}
-    for raw, n in counts.items():
-        key, _, bucket = raw.decode().rpartition(_SEP)
-        per.setdefault(key, [0] * (len(bounds) + 1))[int(bucket)] += int(n)
+    for raw, count in counts.items():
+        key, _, bucket = keyspace.text(raw).rpartition(_SEP)
+        per.setdefault(key, [0] * (len(bounds) + 1))[int(bucket)] += int(count)
     lines: list[str] = []
     for key in sorted(per):
         labels = ",".join(
@@ -244,6 +252,6 @@ def _histogram_lines(
             running += n
             le = "+Inf" if bound == float("inf") else f"{bound:g}"
             lines.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
-        total = float(sums.get(key.encode(), b"0"))
+        total = float(sums.get(key.encode()) or sums.get(key) or 0)
         lines += [f"{name}_sum{{{labels}}} {total:.6f}", f"{name}_count{{{labels}}} {running}"]
     return lines

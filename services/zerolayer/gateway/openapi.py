@@ -39,4 +39,5 @@ def install_schema(app: FastAPI, models: list[type[BaseModel]]) -> None:
             app.openapi_schema = doc
         return app.openapi_schema
 
+    # FastAPI documents replacing this method as the way to change its OpenAPI document
     app.openapi = openapi  # type: ignore[method-assign]

@@ -3,7 +3,7 @@ in-process objects in tests) and the other parts its routes share."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,7 +49,7 @@ class Backend(Protocol):
     ) -> list[Chunks] | Failed:
         """chunker: the chunks of every text, in one call."""
 
-    def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+    def stream(self, target: Target, spec: SamplingSpec) -> AsyncGenerator[ReplicaEvent, None]:
         """Events of one request: Start, Delta..., End, or Failed."""
 
     async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:

@@ -381,7 +381,7 @@ class Responder:
                 )
                 turn.done = True
                 self.flow.later(self._keep_late(turn, obj, item))
-            await o.events.aclose()  # type: ignore[attr-defined]
+            await o.events.aclose()
 
     async def _keep_late(self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any]) -> None:
         try:

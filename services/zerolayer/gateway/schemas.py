@@ -5,7 +5,7 @@ Numbers and booleans are strict: "2" or true is not a token count. Fields the ti
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -154,7 +154,11 @@ class CompletionRequest(_Sampling):
             v = v[0]
         if isinstance(v, list) and not v:
             raise ValueError("prompt must not be empty")
-        return v  # type: ignore[return-value]
+        return cast("str | list[int]", v)  # a list of texts became its one text above
+
+    def one_prompt(self) -> str | list[int]:
+        """The prompt as validated: one text, or token ids."""
+        return cast("str | list[int]", self.prompt)
 
 
 class ChunksRequest(_Body):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from zerolayer.errors import EngineError
@@ -83,7 +83,7 @@ class Shape:
 
 async def sse_stream(
     shape: Shape,
-    events: AsyncIterator[ReplicaEvent],
+    events: AsyncGenerator[ReplicaEvent, None],
     first: Start,
     include_usage: bool,
     on_token: Callable[[], None],
@@ -131,4 +131,4 @@ async def sse_stream(
         yield sse("[DONE]")
     finally:
         on_end(prompt_tokens, completion, ended, failed)
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()

@@ -66,7 +66,8 @@ def _import_gguf(gguf: Path, out: Path, bar: tqdm) -> dict[str, object]:
     bar.update(1)
     bar.set_description("writing safetensors")
     # The weights are plain float32 tensors now; drop the GGUF quantizer so they save as such.
-    model.hf_quantizer = None
+    # transformers types the attribute as a quantizer; None is what it holds without one
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out, safe_serialization=True)

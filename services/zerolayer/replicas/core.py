@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from zerolayer.engines.base import Engine
@@ -56,7 +56,7 @@ class TierReplica:
                 param="max_tokens",
             )
 
-    async def stream(self, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+    async def stream(self, spec: SamplingSpec) -> AsyncGenerator[ReplicaEvent, None]:
         """Events for one request (see zerolayer.protocol)."""
         try:
             self._check(spec)

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ray import serve
@@ -15,6 +15,7 @@ from zerolayer.artifacts import card_stamp
 from zerolayer.config import PlatformConfig
 from zerolayer.engines import build_engine
 from zerolayer.protocol import End, Failed, ReplicaEvent, SamplingSpec
+from zerolayer.ray_private import versioned
 from zerolayer.replicas.artifacts import live_reference, require_artifact, tier_card
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.live import LiveRecorder
@@ -29,7 +30,8 @@ class TierDeployment:
     """One replica of '<model>:<tier>'; the engine starts in the constructor, so Ray Serve only
     routes to a replica that has loaded its model."""
 
-    async def __init__(self, config: dict[str, Any], model: str, tier: str):
+    # Ray Serve awaits an async constructor before the replica takes requests
+    async def __init__(self, config: dict[str, Any], model: str, tier: str):  # type: ignore[misc]
         self.cfg = cfg = PlatformConfig.model_validate(config)
         self.model, self.tier = model, tier
         mcfg = cfg.models[model]
@@ -102,7 +104,7 @@ class TierDeployment:
             )
             self._draining = swap  # the old engine shuts down once its requests are done
 
-    async def stream(self, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+    async def stream(self, spec: SamplingSpec) -> AsyncGenerator[ReplicaEvent, None]:
         """Events of one request (streamed through the handle)."""
         async for ev in self.replica.stream(spec):
             yield ev
@@ -160,8 +162,8 @@ def tier_deployment(
     # every replica (a rolling update that stops a one-replica tier before its successor runs).
     # With it, a new artifact stamp alone is a lightweight update: reconfigure, no restart;
     # a change of the platform config still restarts them. (Serve only lets its own code set
-    # the version, hence _internal.)
-    return deployment.options(version=_version(cfg, model, tier, short), _internal=True)
+    # the version: a private API, kept in zerolayer.ray_private.)
+    return versioned(deployment, _version(cfg, model, tier, short))
 
 
 def _version(cfg: PlatformConfig, model: str, tier: str, short: bool) -> str:

@@ -3,7 +3,7 @@ benchmarks)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from zerolayer.chunker.service import Chunker
@@ -43,7 +43,9 @@ class LocalBackend:
     ) -> list[Chunks] | Failed:
         return await self.chunker.chunk_all(model, texts, options)
 
-    async def stream(self, target: Target, spec: SamplingSpec) -> AsyncIterator[ReplicaEvent]:
+    async def stream(
+        self, target: Target, spec: SamplingSpec
+    ) -> AsyncGenerator[ReplicaEvent, None]:
         gen = self.replicas[target].stream(spec)
         try:
             async for ev in gen:

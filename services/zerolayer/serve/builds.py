@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from zerolayer.collapse.missing import tiers_of_kind
 from zerolayer.config import PlatformConfig
 from zerolayer.store.embedded import private_dir
-from zerolayer.store.tiers import TierBoard, TierState
+from zerolayer.store.tiers import TierState
 
 __all__ = ["Builds", "exit_reason"]
 
@@ -39,6 +40,13 @@ def exit_reason(rc: int) -> str:
     return f"the build process exited with status {rc}"
 
 
+class StateBoard(Protocol):
+    """Where builds report each tier's state: the tier board in Redis (zerolayer.store.tiers),
+    or a cluster's prepare step's own record."""
+
+    def set(self, tier: str, state: TierState) -> None: ...
+
+
 class Builds:
     """Builds the given kinds of each model in the background, in order, and deploys the tiers
     each one serves when it is done."""
@@ -46,7 +54,7 @@ class Builds:
     def __init__(
         self,
         cfg: PlatformConfig,
-        board: TierBoard,
+        board: StateBoard,
         deploy: Deploy,
         say: Callable[[str], None],
         log_every_s: float = 30.0,

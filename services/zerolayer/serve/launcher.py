@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import signal
@@ -24,6 +25,7 @@ from zerolayer.collapse import missing_kinds, tiers_of_kind
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
+from zerolayer.ray_private import reload_auth_token, temp_dir_option
 from zerolayer.replicas.artifacts import require_artifact
 from zerolayer.serve.builds import Builds
 from zerolayer.store.connect import sync_client
@@ -98,13 +100,8 @@ def _ray_token_auth() -> None:
     """Token authentication for the local Ray (see Platform.start)."""
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(ray_auth_token()))
-    try:  # Ray reads these once, at import: a process that imported it already reads them again
-        from ray._raylet import AuthenticationTokenLoader, Config
-
-        Config.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
-    except (ImportError, AttributeError):  # a Ray without token authentication
-        pass
+    # Ray reads these once, at import: a process that imported it already reads them again
+    reload_auth_token()
 
 
 def _haproxy_env() -> None:
@@ -140,6 +137,17 @@ def _haproxy_dir() -> Path:
     if len(str(folder)) + 1 + 56 + len("/sock") > _HAPROXY_SOCKET_MAX:
         folder = private_dir(Path("/tmp") / f"zl-{os.getuid()}") / name
     return private_dir(folder)
+
+
+def _submit(app: Any, name: str, route_prefix: str | None) -> None:
+    """Ask Serve to deploy an application without waiting for it to run (serve.run waits), so
+    that every tier's replicas load their models at the same time."""
+    from ray import serve
+
+    serve.run_many(
+        [serve.RunTarget(app, name=name, route_prefix=route_prefix, logging_config=SERVE_LOGGING)],
+        wait_for_applications_running=False,
+    )
 
 
 def _free_port() -> int:
@@ -354,7 +362,6 @@ class Platform:
 
         import ray
         from ray import serve
-        from ray.serve.api import _run
 
         self._say("ray: starting")
         local = self.cfg.ray.address is None
@@ -363,10 +370,10 @@ class Platform:
             address=self.cfg.ray.address,
             num_cpus=self.cfg.ray.num_cpus if local else None,
             include_dashboard=False,
-            logging_level="WARNING",
+            logging_level=logging.WARNING,
             log_to_driver=True,
             # Ray's session files (logs, sockets) in a folder only this user can enter
-            _temp_dir=str(ray_temp_dir()) if local else None,
+            **(temp_dir_option(ray_temp_dir()) if local else {}),
         )
         self._ray_started = True
         self._ray_processes = self._children()
@@ -378,13 +385,7 @@ class Platform:
             tier_apps = [n for m, t in ready for n in self._submit_tier(m, t)]
             with _Progress([APP_NAME, *tier_apps], self.log):  # ends before a failed start
                 with _SERVE_API:
-                    _run(
-                        build_app(self.cfg),
-                        _blocking=False,
-                        name=APP_NAME,
-                        route_prefix="/",
-                        logging_config=SERVE_LOGGING,
-                    )
+                    _submit(build_app(self.cfg), APP_NAME, "/")
                 failed = _await_apps([APP_NAME], timeout_s=1800.0)
                 if failed is not None:
                     raise ArtifactError(f"the gateway failed to start: {failed}")
@@ -408,19 +409,13 @@ class Platform:
 
     def _submit_tier(self, model: str, tier: str) -> list[str]:
         """Ask Serve to deploy the tier's applications (not waiting); their names."""
-        from ray.serve.api import _run
-
         from zerolayer.serve.app import tier_apps
 
         names = []
         with _SERVE_API:
             self._stamps[(model, tier)] = card_stamp(self.cfg.artifact_dir(model, tier))
             for name, app in tier_apps(self.cfg, model, tier).items():
-                # serve.run waits until the application runs; _run(_blocking=False) only
-                # submits it, so every tier's replicas load their models at the same time
-                _run(
-                    app, _blocking=False, name=name, route_prefix=None, logging_config=SERVE_LOGGING
-                )
+                _submit(app, name, None)
                 names.append(name)
         return names
 

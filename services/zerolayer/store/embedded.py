@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 from redis.backoff import NoBackoff
@@ -136,7 +136,7 @@ class EmbeddedRedis:
         """The address with the credentials in it (for clients in this process only)."""
         return f"unix://{USER}:{self.password()}@{self.socket}?db=0"
 
-    def client(self, **kwargs: object) -> redis.Redis:
+    def client(self, **kwargs: Any) -> redis.Redis:
         """A client that fails at once (no retries) when nothing answers."""
         return redis.Redis(
             unix_socket_path=str(self.socket),
@@ -144,7 +144,7 @@ class EmbeddedRedis:
             password=self.password(),
             socket_connect_timeout=0.5,
             retry=Retry(NoBackoff(), 0),
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
 
     def _prepare(self) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ import redis.asyncio as aioredis
 from redis import Redis
 
 from zerolayer.errors import ZerolayerError
+from zerolayer.store import keyspace
 
 __all__ = [
     "KEY_PREFIX",
@@ -25,9 +28,9 @@ __all__ = [
 ]
 
 KEY_PREFIX = "zl-"
-_HASH_NS = "zl:key:"
-_INDEX = "zl:keys"
-_ID_NS = "zl:keyid:"
+_HASH_NS = keyspace.api_key_prefix()
+_INDEX = keyspace.api_key_index()
+_ID_NS = keyspace.api_key_id_prefix()
 
 
 class UnknownKey(ZerolayerError, LookupError):
@@ -83,9 +86,12 @@ class ApiKeyRecord:
         }
 
     @classmethod
-    def from_hash(cls, data: dict[bytes, bytes]) -> ApiKeyRecord:
+    def from_hash(cls, data: Mapping[bytes | str, bytes | str]) -> ApiKeyRecord:
+        """A record from its hash as read back (bytes or text names and values)."""
+        fields = {keyspace.text(k): keyspace.text(v) for k, v in data.items()}
+
         def get(k: str) -> str:
-            return data.get(k.encode(), b"").decode()
+            return fields.get(k, "")
 
         return cls(
             key_id=get("key_id"),
@@ -102,9 +108,9 @@ class KeyStore:
     """Create, list, label, revoke and re-plan keys (CLI, admin API and a tenant's own key
     routes; synchronous: these are rare).
 
-    Redis layout: zl:key:<sha256> is a hash with the record, zl:keys the set of all hashes,
-    zl:keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash). A tenant is
-    an account, the `tenant` field of its keys' records: every key made for it sees what the
+    Redis layout (zerolayer.store.keyspace): key:<sha256> is a hash with the record, keys the set of
+    all hashes, keyid:<key_id> the hash of a key id (the first 12 hex digits of its hash). A tenant
+    is an account, the `tenant` field of its keys' records: every key made for it sees what the
     others stored."""
 
     def __init__(self, client: Redis):
@@ -146,11 +152,11 @@ class KeyStore:
     def _digest(self, key_id: str) -> str:
         found = self.client.get(_ID_NS + key_id)
         if found:
-            return found.decode()
+            return keyspace.text(found)
         # keys made before the id index existed
         for d in self.client.smembers(_INDEX):
-            if d.decode().startswith(key_id) and len(key_id) == 12:
-                return d.decode()
+            if keyspace.text(d).startswith(key_id) and len(key_id) == 12:
+                return keyspace.text(d)
         raise UnknownKey(f"no API key with id {key_id!r}")
 
     def get(self, key_id: str) -> ApiKeyRecord:
@@ -162,14 +168,14 @@ class KeyStore:
 
     def list(self) -> list[ApiKeyRecord]:
         """Every key's record (never the key), oldest first."""
-        digests = sorted(d.decode() for d in self.client.smembers(_INDEX))
+        digests = sorted(keyspace.text(d) for d in self.client.smembers(_INDEX))
         pipe = self.client.pipeline()
         for d in digests:
             pipe.hgetall(_HASH_NS + d)
         records = [ApiKeyRecord.from_hash(data) for data in pipe.execute() if data]
         return sorted(records, key=lambda r: (r.created, r.key_id))
 
-    def tenant_keys(self, tenant: str) -> list[ApiKeyRecord]:
+    def tenant_keys(self, tenant: str) -> builtins.list[ApiKeyRecord]:
         """The keys of a tenant (UnknownTenant if it has none)."""
         keys = [r for r in self.list() if r.owner == tenant]
         if not keys:

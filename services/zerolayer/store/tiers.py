@@ -16,9 +16,11 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from redis import Redis
 
+from zerolayer.store import keyspace
+
 __all__ = ["BOARD_KEY", "TierState", "TierBoard", "AsyncTierBoard", "READY", "state_of"]
 
-BOARD_KEY = "zl:tiers"  # hash: '<model>:<tier>' -> TierState as JSON
+BOARD_KEY = keyspace.tier_board()  # hash: '<model>:<tier>' -> TierState as JSON
 Status = Literal["starting", "ready", "building", "failed"]
 
 
@@ -96,5 +98,4 @@ def state_of(states: Mapping[str, TierState], target: object) -> TierState:
     return states.get(str(target), READY)
 
 
-def _s(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+_s = keyspace.text

@@ -1,9 +1,10 @@
 """Prompts kept for recalibration: a sample of the requests of keys that opted in.
 
-Redis layout: zl:traffic:<key_id> is a stream per key (entry fields model, tier, kind, text;
-the entry id is the server's time in ms), capped at max_per_key entries, trimmed to the
-retention window on every write and expiring with it; zl:traffic:keys is the set of key ids
-that have one. A read never returns an entry older than the retention window, trimmed or not.
+Redis layout (names from zerolayer.store.keyspace): traffic:<key_id> is a stream per key (entry
+fields model, tier, kind, text; the entry id is the server's time in ms), capped at max_per_key
+entries, trimmed to the retention window on every write and expiring with it; traffic:keys is the
+set of key ids that have one. A read never returns an entry older than the retention window,
+trimmed or not.
 
 Whether a prompt may be kept is decided inside Redis, in the same script that writes it: the
 key's own setting (its record's sample_traffic field), else its plan's, and never for a revoked
@@ -20,12 +21,12 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import Redis
 
-from zerolayer.store.keys import _HASH_NS, _ID_NS
+from zerolayer.store import keyspace
 
 __all__ = ["TrafficEntry", "TrafficStore", "AsyncTrafficStore", "prompt_text"]
 
-_NS = "zl:traffic:"
-_INDEX = "zl:traffic:keys"
+_NS = keyspace.traffic_prefix()
+_INDEX = keyspace.traffic_index()
 
 # KEYS: key-id index entry, the key's stream, the index of streams.
 # ARGV: plan default ("1"/"0"), max entries, retention ms, model, tier, kind, text, key id,
@@ -98,12 +99,14 @@ class TrafficEntry:
         }
 
 
-def _entries(key_id: str, rows: list[Any]) -> list[TrafficEntry]:
+def _entries(key_id: str, rows: list[Any] | None) -> list[TrafficEntry]:
     out = []
-    for entry_id, fields in rows:
-        f = {k.decode(): v.decode() for k, v in fields.items()}
+    for entry_id, fields in rows or []:
+        f = {keyspace.text(k): keyspace.text(v) for k, v in fields.items()}
         out.append(
-            TrafficEntry(entry_id.decode(), key_id, f["model"], f["tier"], f["kind"], f["text"])
+            TrafficEntry(
+                keyspace.text(entry_id), key_id, f["model"], f["tier"], f["kind"], f["text"]
+            )
         )
     return out
 
@@ -121,7 +124,7 @@ class TrafficStore:
 
     def key_ids(self) -> list[str]:
         """Keys with kept prompts."""
-        return sorted(k.decode() for k in self.client.smembers(_INDEX))
+        return sorted(keyspace.text(k) for k in self.client.smembers(_INDEX))
 
     def entries(self, key_id: str | None = None, model: str | None = None) -> list[TrafficEntry]:
         """The kept prompts within the retention window, of one key or of all, oldest first
@@ -134,7 +137,7 @@ class TrafficStore:
 
     def count(self, key_id: str) -> int:
         """How many prompts of a key are kept (within the retention window)."""
-        return len(self.client.xrange(_NS + key_id, min=str(self._oldest()), max="+"))
+        return len(self.client.xrange(_NS + key_id, min=str(self._oldest()), max="+") or [])
 
     def purge(self, key_id: str) -> int:
         """Delete every kept prompt of a key; how many there were."""
@@ -166,7 +169,7 @@ class AsyncTrafficStore:
     ) -> str | None:
         """Keep a prompt if the key (else its plan) opted in; the entry id, or None."""
         got = await self._keep(
-            keys=[_ID_NS + key_id, _NS + key_id, _INDEX],
+            keys=[keyspace.api_key_by_id(key_id), _NS + key_id, _INDEX],
             args=[
                 "1" if plan_default else "0",
                 self.max_per_key,
@@ -176,7 +179,7 @@ class AsyncTrafficStore:
                 kind,
                 text,
                 key_id,
-                _HASH_NS,
+                keyspace.api_key_prefix(),
             ],
         )
         return got.decode() if got else None

@@ -4,7 +4,7 @@ revoke; new keys and plans come from the operator, client.admin.keys)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -57,7 +57,7 @@ class Accounts(SyncAPIResource):
     def retrieve(self) -> Account:
         """The calling key's record, its plan (tiers, prices, limits) and this month's spend
         against its budget."""
-        return self._send(_ACCOUNT)  # type: ignore[no-any-return]
+        return cast("Account", self._send(_ACCOUNT))
 
 
 class AsyncAccounts(AsyncAPIResource):
@@ -65,7 +65,7 @@ class AsyncAccounts(AsyncAPIResource):
 
     async def retrieve(self) -> Account:
         """The calling key's record, plan and month's spend (see Accounts.retrieve)."""
-        return await self._send(_ACCOUNT)  # type: ignore[no-any-return]
+        return cast("Account", await self._send(_ACCOUNT))
 
 
 class Requests(SyncAPIResource):
@@ -80,7 +80,7 @@ class Requests(SyncAPIResource):
 
     def export(self, *, days: int | None = None, key_id: str | None = None) -> str:
         """The same requests as CSV text (up to 100,000 rows)."""
-        return self._send(_csv_call(days, key_id))  # type: ignore[no-any-return]
+        return cast("str", self._send(_csv_call(days, key_id)))
 
 
 class AsyncRequests(AsyncAPIResource):
@@ -94,7 +94,7 @@ class AsyncRequests(AsyncAPIResource):
 
     async def export(self, *, days: int | None = None, key_id: str | None = None) -> str:
         """The same requests as CSV text."""
-        return await self._send(_csv_call(days, key_id))  # type: ignore[no-any-return]
+        return cast("str", await self._send(_csv_call(days, key_id)))
 
 
 class OwnKeys(SyncAPIResource):
@@ -106,11 +106,11 @@ class OwnKeys(SyncAPIResource):
 
     def update(self, key_id: str, *, name: str) -> ApiKey:
         """A new label for one of the tenant's keys."""
-        return self._send(_rename(key_id, name))  # type: ignore[no-any-return]
+        return cast("ApiKey", self._send(_rename(key_id, name)))
 
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke one of the tenant's keys (refused from its next request)."""
-        return self._send(_revoke(key_id))  # type: ignore[no-any-return]
+        return cast("ApiKey", self._send(_revoke(key_id)))
 
 
 class AsyncOwnKeys(AsyncAPIResource):
@@ -122,8 +122,8 @@ class AsyncOwnKeys(AsyncAPIResource):
 
     async def update(self, key_id: str, *, name: str) -> ApiKey:
         """A new label for one of the tenant's keys."""
-        return await self._send(_rename(key_id, name))  # type: ignore[no-any-return]
+        return cast("ApiKey", await self._send(_rename(key_id, name)))
 
     async def revoke(self, key_id: str) -> ApiKey:
         """Revoke one of the tenant's keys."""
-        return await self._send(_revoke(key_id))  # type: ignore[no-any-return]
+        return cast("ApiKey", await self._send(_revoke(key_id)))

@@ -4,7 +4,7 @@ usage and invoices."""
 from __future__ import annotations
 
 from datetime import date
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._base_client import Call, json_as
 from .._models import NOT_GIVEN, NotGiven, body_of
@@ -35,7 +35,7 @@ __all__ = [
     "AsyncOperations",
 ]
 
-ADMIN = {"admin": True, "root": True}
+ADMIN: dict[str, Any] = {"admin": True, "root": True}
 
 
 def _admin(method: str, path: str, parse: Any, body: Any = None) -> Call:
@@ -63,7 +63,7 @@ class Keys(SyncAPIResource):
         self, *, plan: str, name: str | None = None, tenant: str | None = None
     ) -> CreatedKey:
         """A new API key on a plan, of a new tenant or of `tenant`; `.key` is shown once."""
-        return self._send(_create(plan, name, tenant))  # type: ignore[no-any-return]
+        return cast("CreatedKey", self._send(_create(plan, name, tenant)))
 
     def list(self) -> Page[ApiKey]:
         """Every key's record (ids, plans, states; never the keys)."""
@@ -71,11 +71,11 @@ class Keys(SyncAPIResource):
 
     def retrieve(self, key_id: str) -> ApiKey:
         """One key's record."""
-        return self._send(_admin("GET", f"/keys/{key_id}", ApiKey))  # type: ignore[no-any-return]
+        return cast("ApiKey", self._send(_admin("GET", f"/keys/{key_id}", ApiKey)))
 
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke a key (refused at once everywhere; the prompts kept of it are deleted)."""
-        return self._send(_admin("DELETE", f"/keys/{key_id}", ApiKey))  # type: ignore[no-any-return]
+        return cast("ApiKey", self._send(_admin("DELETE", f"/keys/{key_id}", ApiKey)))
 
     def update(
         self,
@@ -88,7 +88,7 @@ class Keys(SyncAPIResource):
         """Move a key to another plan, give it a new label, and/or opt it in (True) or out
         (False, deleting what was kept) of traffic sampling, or back to its plan's setting
         (None)."""
-        return self._send(_update(key_id, plan, name, sample_traffic))  # type: ignore[no-any-return]
+        return cast("ApiKey", self._send(_update(key_id, plan, name, sample_traffic)))
 
     def set_plan(self, key_id: str, plan: str) -> ApiKey:
         """Move a key to another plan."""
@@ -102,7 +102,7 @@ class AsyncKeys(AsyncAPIResource):
         self, *, plan: str, name: str | None = None, tenant: str | None = None
     ) -> CreatedKey:
         """A new API key (see Keys.create)."""
-        return await self._send(_create(plan, name, tenant))  # type: ignore[no-any-return]
+        return cast("CreatedKey", await self._send(_create(plan, name, tenant)))
 
     def list(self) -> AsyncPaginator[ApiKey]:
         """Every key's record."""
@@ -110,11 +110,11 @@ class AsyncKeys(AsyncAPIResource):
 
     async def retrieve(self, key_id: str) -> ApiKey:
         """One key's record."""
-        return await self._send(_admin("GET", f"/keys/{key_id}", ApiKey))  # type: ignore[no-any-return]
+        return cast("ApiKey", await self._send(_admin("GET", f"/keys/{key_id}", ApiKey)))
 
     async def revoke(self, key_id: str) -> ApiKey:
         """Revoke a key."""
-        return await self._send(_admin("DELETE", f"/keys/{key_id}", ApiKey))  # type: ignore[no-any-return]
+        return cast("ApiKey", await self._send(_admin("DELETE", f"/keys/{key_id}", ApiKey)))
 
     async def update(
         self,
@@ -125,7 +125,7 @@ class AsyncKeys(AsyncAPIResource):
         sample_traffic: bool | None | NotGiven = NOT_GIVEN,
     ) -> ApiKey:
         """A new plan, label and/or traffic sampling (see Keys.update)."""
-        return await self._send(_update(key_id, plan, name, sample_traffic))  # type: ignore[no-any-return]
+        return cast("ApiKey", await self._send(_update(key_id, plan, name, sample_traffic)))
 
     async def set_plan(self, key_id: str, plan: str) -> ApiKey:
         """Move a key to another plan."""
@@ -141,12 +141,12 @@ class Tenants(SyncAPIResource):
 
     def retrieve(self, tenant: str) -> Tenant:
         """A tenant's keys and stored objects (ids, never content)."""
-        return self._send(_admin("GET", f"/tenants/{tenant}", Tenant))  # type: ignore[no-any-return]
+        return cast("Tenant", self._send(_admin("GET", f"/tenants/{tenant}", Tenant)))
 
     def delete_objects(self, tenant: str) -> TenantObjectsDeleted:
         """Delete every stored response and conversation of a tenant (its keys stay)."""
         call = _admin("DELETE", f"/tenants/{tenant}/objects", TenantObjectsDeleted)
-        return self._send(call)  # type: ignore[no-any-return]
+        return cast("TenantObjectsDeleted", self._send(call))
 
     def usage(
         self,
@@ -158,7 +158,7 @@ class Tenants(SyncAPIResource):
         key_id: str | None = None,
     ) -> UsageReport:
         """A tenant's usage (as client.usage.retrieve for one's own)."""
-        return self._send(usage_call(tenant, start, end, group_by, key_id))  # type: ignore[no-any-return]
+        return cast("UsageReport", self._send(usage_call(tenant, start, end, group_by, key_id)))
 
     def invoices(self, tenant: str) -> Page[InvoiceSummary]:
         """A tenant's months with usage."""
@@ -167,11 +167,11 @@ class Tenants(SyncAPIResource):
 
     def invoice(self, tenant: str, month: str) -> Invoice:
         """A tenant's invoice of a month."""
-        return self._send(invoice_call(tenant, month))  # type: ignore[no-any-return]
+        return cast("Invoice", self._send(invoice_call(tenant, month)))
 
     def export(self, tenant: str, month: str, *, format: Literal["jsonl", "csv"] = "jsonl") -> str:
         """A tenant's usage events of a month."""
-        return self._send(export_call(tenant, month, format))  # type: ignore[no-any-return]
+        return cast("str", self._send(export_call(tenant, month, format)))
 
 
 class AsyncTenants(AsyncAPIResource):
@@ -183,12 +183,12 @@ class AsyncTenants(AsyncAPIResource):
 
     async def retrieve(self, tenant: str) -> Tenant:
         """A tenant's keys and stored objects."""
-        return await self._send(_admin("GET", f"/tenants/{tenant}", Tenant))  # type: ignore[no-any-return]
+        return cast("Tenant", await self._send(_admin("GET", f"/tenants/{tenant}", Tenant)))
 
     async def delete_objects(self, tenant: str) -> TenantObjectsDeleted:
         """Delete every stored response and conversation of a tenant."""
         call = _admin("DELETE", f"/tenants/{tenant}/objects", TenantObjectsDeleted)
-        return await self._send(call)  # type: ignore[no-any-return]
+        return cast("TenantObjectsDeleted", await self._send(call))
 
     async def usage(
         self,
@@ -200,7 +200,9 @@ class AsyncTenants(AsyncAPIResource):
         key_id: str | None = None,
     ) -> UsageReport:
         """A tenant's usage."""
-        return await self._send(usage_call(tenant, start, end, group_by, key_id))  # type: ignore[no-any-return]
+        return cast(
+            "UsageReport", await self._send(usage_call(tenant, start, end, group_by, key_id))
+        )
 
     def invoices(self, tenant: str) -> AsyncPaginator[InvoiceSummary]:
         """A tenant's months with usage."""
@@ -209,13 +211,13 @@ class AsyncTenants(AsyncAPIResource):
 
     async def invoice(self, tenant: str, month: str) -> Invoice:
         """A tenant's invoice of a month."""
-        return await self._send(invoice_call(tenant, month))  # type: ignore[no-any-return]
+        return cast("Invoice", await self._send(invoice_call(tenant, month)))
 
     async def export(
         self, tenant: str, month: str, *, format: Literal["jsonl", "csv"] = "jsonl"
     ) -> str:
         """A tenant's usage events of a month."""
-        return await self._send(export_call(tenant, month, format))  # type: ignore[no-any-return]
+        return cast("str", await self._send(export_call(tenant, month, format)))
 
 
 class Operations(SyncAPIResource):
@@ -224,7 +226,7 @@ class Operations(SyncAPIResource):
     def retrieve(self) -> OperationsReport:
         """Per served tier, live: state, requests, sheds, endings, time to first token and per
         output token, queue wait, tokens; and the collapse alerts."""
-        return self._send(_admin("GET", "/operations", OperationsReport))  # type: ignore[no-any-return]
+        return cast("OperationsReport", self._send(_admin("GET", "/operations", OperationsReport)))
 
 
 class AsyncOperations(AsyncAPIResource):
@@ -232,7 +234,9 @@ class AsyncOperations(AsyncAPIResource):
 
     async def retrieve(self) -> OperationsReport:
         """Per served tier, live figures, and the collapse alerts (see Operations.retrieve)."""
-        return await self._send(_admin("GET", "/operations", OperationsReport))  # type: ignore[no-any-return]
+        return cast(
+            "OperationsReport", await self._send(_admin("GET", "/operations", OperationsReport))
+        )
 
 
 class Admin(SyncAPIResource):

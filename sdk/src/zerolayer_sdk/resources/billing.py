@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 
@@ -92,7 +92,7 @@ class Usage(SyncAPIResource):
     ) -> UsageReport:
         """Usage and cost of the key's tenant between two days (default: this month so far),
         grouped by day (default), key, model and/or tier; key_id: one key's only."""
-        return self._send(usage_call(None, start, end, group_by, key_id))  # type: ignore[no-any-return]
+        return cast("UsageReport", self._send(usage_call(None, start, end, group_by, key_id)))
 
 
 class AsyncUsage(AsyncAPIResource):
@@ -107,7 +107,7 @@ class AsyncUsage(AsyncAPIResource):
         key_id: str | None = None,
     ) -> UsageReport:
         """Usage and cost of the key's tenant (see Usage.retrieve)."""
-        return await self._send(usage_call(None, start, end, group_by, key_id))  # type: ignore[no-any-return]
+        return cast("UsageReport", await self._send(usage_call(None, start, end, group_by, key_id)))
 
 
 class Invoices(SyncAPIResource):
@@ -120,11 +120,11 @@ class Invoices(SyncAPIResource):
 
     def retrieve(self, month: str) -> Invoice:
         """A month's invoice (YYYY-MM) with its line items."""
-        return self._send(invoice_call(None, month))  # type: ignore[no-any-return]
+        return cast("Invoice", self._send(invoice_call(None, month)))
 
     def export(self, month: str, *, format: Literal["jsonl", "csv"] = "jsonl") -> str:
         """The month's usage events, one per request, for an external billing system."""
-        return self._send(export_call(None, month, format))  # type: ignore[no-any-return]
+        return cast("str", self._send(export_call(None, month, format)))
 
 
 class AsyncInvoices(AsyncAPIResource):
@@ -137,8 +137,8 @@ class AsyncInvoices(AsyncAPIResource):
 
     async def retrieve(self, month: str) -> Invoice:
         """A month's invoice (YYYY-MM) with its line items."""
-        return await self._send(invoice_call(None, month))  # type: ignore[no-any-return]
+        return cast("Invoice", await self._send(invoice_call(None, month)))
 
     async def export(self, month: str, *, format: Literal["jsonl", "csv"] = "jsonl") -> str:
         """The month's usage events, one per request, for an external billing system."""
-        return await self._send(export_call(None, month, format))  # type: ignore[no-any-return]
+        return cast("str", await self._send(export_call(None, month, format)))

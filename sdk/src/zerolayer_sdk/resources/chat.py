@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._base_client import Call
 from .._kinds import ChatKind
@@ -61,7 +61,7 @@ class Completions(SyncAPIResource):
         `<model>:<tier>`. With stream=True: a ChatCompletionStream of chunks (usage included
         unless stream_options says otherwise). long_prompt="summarize" has a prompt over the
         context summarised first instead of refused."""
-        return self._send(_create(**args(locals())))  # type: ignore[no-any-return]
+        return cast("ChatCompletion | ChatCompletionStream", self._send(_create(**args(locals()))))
 
 
 class AsyncCompletions(AsyncAPIResource):
@@ -85,7 +85,10 @@ class AsyncCompletions(AsyncAPIResource):
         extra_body: Mapping[str, Any] | None = None,
     ) -> ChatCompletion | AsyncChatCompletionStream:
         """Answer a conversation (see Completions.create)."""
-        return await self._send(_create(**args(locals())))  # type: ignore[no-any-return]
+        return cast(
+            "ChatCompletion | AsyncChatCompletionStream",
+            await self._send(_create(**args(locals()))),
+        )
 
 
 class Chat(SyncAPIResource):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from .._base_client import Call, json_as
 from .._kinds import ChunkKind
@@ -130,7 +130,7 @@ class Chunks(SyncAPIResource):
         file) or of `text` (an iterator of text pieces); the last two are streamed up."""
         _one_source(input, file, text)
         if input is not None:
-            return self._send(_json(model, input, chunk_tokens, overlap_tokens))  # type: ignore[no-any-return]
+            return cast("ChunkList", self._send(_json(model, input, chunk_tokens, overlap_tokens)))
         got = self.stream(
             model=model,
             file=file,
@@ -138,7 +138,7 @@ class Chunks(SyncAPIResource):
             chunk_tokens=chunk_tokens,
             overlap_tokens=overlap_tokens,
         )
-        return got.get_final_response() if isinstance(got, Stream) else got  # type: ignore[return-value]
+        return got.get_final_response() if isinstance(got, Stream) else got
 
     def stream(
         self,
@@ -153,7 +153,10 @@ class Chunks(SyncAPIResource):
         An iterator is read once, so such a call is not retried."""
         _one_source(None, file, text)
         pieces, replayable = _pieces(file, text)
-        return self._send(_streamed(model, pieces, replayable, chunk_tokens, overlap_tokens))  # type: ignore[no-any-return]
+        return cast(
+            "ChunkStream",
+            self._send(_streamed(model, pieces, replayable, chunk_tokens, overlap_tokens)),
+        )
 
 
 class AsyncChunks(AsyncAPIResource):
@@ -172,7 +175,9 @@ class AsyncChunks(AsyncAPIResource):
         """Every chunk (see Chunks.create)."""
         _one_source(input, file, text)
         if input is not None:
-            return await self._send(_json(model, input, chunk_tokens, overlap_tokens))  # type: ignore[no-any-return]
+            return cast(
+                "ChunkList", await self._send(_json(model, input, chunk_tokens, overlap_tokens))
+            )
         got = await self.stream(
             model=model,
             file=file,
@@ -180,7 +185,7 @@ class AsyncChunks(AsyncAPIResource):
             chunk_tokens=chunk_tokens,
             overlap_tokens=overlap_tokens,
         )
-        return await got.get_final_response() if isinstance(got, AsyncStream) else got  # type: ignore[return-value]
+        return await got.get_final_response() if isinstance(got, AsyncStream) else got
 
     async def stream(
         self,
@@ -199,4 +204,4 @@ class AsyncChunks(AsyncAPIResource):
             pieces, replayable = _pieces(file, text)
             content = _apieces(pieces)
         call = _streamed(model, content, replayable, chunk_tokens, overlap_tokens)
-        return await self._send(call)  # type: ignore[no-any-return]
+        return cast("AsyncChunkStream", await self._send(call))

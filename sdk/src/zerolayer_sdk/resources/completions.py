@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from .._base_client import Call, json_as
 from .._kinds import CompletionKind
@@ -68,7 +68,7 @@ class Completions(SyncAPIResource):
         extra_body: Mapping[str, Any] | None = None,
     ) -> Completion | CompletionStream:
         """Continue a text (or a list of token ids); stream=True gives a CompletionStream."""
-        return self._send(_create(**args(locals())))  # type: ignore[no-any-return]
+        return cast("Completion | CompletionStream", self._send(_create(**args(locals()))))
 
 
 class AsyncCompletions(AsyncAPIResource):
@@ -90,4 +90,6 @@ class AsyncCompletions(AsyncAPIResource):
         extra_body: Mapping[str, Any] | None = None,
     ) -> Completion | AsyncCompletionStream:
         """Continue a text (see Completions.create)."""
-        return await self._send(_create(**args(locals())))  # type: ignore[no-any-return]
+        return cast(
+            "Completion | AsyncCompletionStream", await self._send(_create(**args(locals())))
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._base_client import Call, json_as
 from .._models import body_of
@@ -60,7 +60,7 @@ class Items(SyncAPIResource):
 
     def create(self, conversation_id: str, *, items: ItemsIn) -> ConversationItemList:
         """Add 1 to 20 items (messages) to a conversation."""
-        return self._send(_add(conversation_id, items))  # type: ignore[no-any-return]
+        return cast("ConversationItemList", self._send(_add(conversation_id, items)))
 
     add = create
 
@@ -80,11 +80,13 @@ class Items(SyncAPIResource):
 
     def retrieve(self, item_id: str, *, conversation_id: str) -> Message:
         """One item of a conversation."""
-        return self._send(_item("GET", conversation_id, item_id, Message))  # type: ignore[no-any-return]
+        return cast("Message", self._send(_item("GET", conversation_id, item_id, Message)))
 
     def delete(self, item_id: str, *, conversation_id: str) -> Conversation:
         """Delete an item; the conversation is returned."""
-        return self._send(_item("DELETE", conversation_id, item_id, Conversation))  # type: ignore[no-any-return]
+        return cast(
+            "Conversation", self._send(_item("DELETE", conversation_id, item_id, Conversation))
+        )
 
 
 class AsyncItems(AsyncAPIResource):
@@ -92,7 +94,7 @@ class AsyncItems(AsyncAPIResource):
 
     async def create(self, conversation_id: str, *, items: ItemsIn) -> ConversationItemList:
         """Add 1 to 20 items (messages) to a conversation."""
-        return await self._send(_add(conversation_id, items))  # type: ignore[no-any-return]
+        return cast("ConversationItemList", await self._send(_add(conversation_id, items)))
 
     add = create
 
@@ -111,11 +113,14 @@ class AsyncItems(AsyncAPIResource):
 
     async def retrieve(self, item_id: str, *, conversation_id: str) -> Message:
         """One item of a conversation."""
-        return await self._send(_item("GET", conversation_id, item_id, Message))  # type: ignore[no-any-return]
+        return cast("Message", await self._send(_item("GET", conversation_id, item_id, Message)))
 
     async def delete(self, item_id: str, *, conversation_id: str) -> Conversation:
         """Delete an item; the conversation is returned."""
-        return await self._send(_item("DELETE", conversation_id, item_id, Conversation))  # type: ignore[no-any-return]
+        return cast(
+            "Conversation",
+            await self._send(_item("DELETE", conversation_id, item_id, Conversation)),
+        )
 
 
 class Conversations(SyncAPIResource):
@@ -129,19 +134,19 @@ class Conversations(SyncAPIResource):
         self, *, items: ItemsIn | None = None, metadata: Mapping[str, str] | None = None
     ) -> Conversation:
         """A new conversation, with up to 20 first items and up to 16 metadata pairs."""
-        return self._send(_create(items, metadata))  # type: ignore[no-any-return]
+        return cast("Conversation", self._send(_create(items, metadata)))
 
     def retrieve(self, conversation_id: str) -> Conversation:
         """A conversation."""
-        return self._send(_conv("GET", conversation_id))  # type: ignore[no-any-return]
+        return cast("Conversation", self._send(_conv("GET", conversation_id)))
 
     def update(self, conversation_id: str, *, metadata: Mapping[str, str]) -> Conversation:
         """Replace a conversation's metadata."""
-        return self._send(_update(conversation_id, metadata))  # type: ignore[no-any-return]
+        return cast("Conversation", self._send(_update(conversation_id, metadata)))
 
     def delete(self, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation and its items."""
-        return self._send(_delete(conversation_id))  # type: ignore[no-any-return]
+        return cast("ConversationDeleted", self._send(_delete(conversation_id)))
 
 
 class AsyncConversations(AsyncAPIResource):
@@ -155,16 +160,16 @@ class AsyncConversations(AsyncAPIResource):
         self, *, items: ItemsIn | None = None, metadata: Mapping[str, str] | None = None
     ) -> Conversation:
         """A new conversation, with up to 20 first items and up to 16 metadata pairs."""
-        return await self._send(_create(items, metadata))  # type: ignore[no-any-return]
+        return cast("Conversation", await self._send(_create(items, metadata)))
 
     async def retrieve(self, conversation_id: str) -> Conversation:
         """A conversation."""
-        return await self._send(_conv("GET", conversation_id))  # type: ignore[no-any-return]
+        return cast("Conversation", await self._send(_conv("GET", conversation_id)))
 
     async def update(self, conversation_id: str, *, metadata: Mapping[str, str]) -> Conversation:
         """Replace a conversation's metadata."""
-        return await self._send(_update(conversation_id, metadata))  # type: ignore[no-any-return]
+        return cast("Conversation", await self._send(_update(conversation_id, metadata)))
 
     async def delete(self, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation and its items."""
-        return await self._send(_delete(conversation_id))  # type: ignore[no-any-return]
+        return cast("ConversationDeleted", await self._send(_delete(conversation_id)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._base_client import Call, json_as
 from .._kinds import ResponseKind
@@ -118,15 +118,15 @@ class Responses(SyncAPIResource):
         """A response to `input`, continuing `previous_response_id` or `conversation` (the
         platform reads the history; send only the new turn). stream=True: a ResponseStream of
         typed events."""
-        return self._send(_create(**args(locals())))  # type: ignore[no-any-return]
+        return cast("Response | ResponseStream", self._send(_create(**args(locals()))))
 
     def retrieve(self, response_id: str) -> Response:
         """A stored response."""
-        return self._send(_retrieve(response_id))  # type: ignore[no-any-return]
+        return cast("Response", self._send(_retrieve(response_id)))
 
     def delete(self, response_id: str) -> ResponseDeleted:
         """Delete a stored response."""
-        return self._send(_delete(response_id))  # type: ignore[no-any-return]
+        return cast("ResponseDeleted", self._send(_delete(response_id)))
 
 
 class AsyncResponses(AsyncAPIResource):
@@ -155,12 +155,12 @@ class AsyncResponses(AsyncAPIResource):
         extra_body: Mapping[str, Any] | None = None,
     ) -> Response | AsyncResponseStream:
         """A response (see Responses.create)."""
-        return await self._send(_create(**args(locals())))  # type: ignore[no-any-return]
+        return cast("Response | AsyncResponseStream", await self._send(_create(**args(locals()))))
 
     async def retrieve(self, response_id: str) -> Response:
         """A stored response."""
-        return await self._send(_retrieve(response_id))  # type: ignore[no-any-return]
+        return cast("Response", await self._send(_retrieve(response_id)))
 
     async def delete(self, response_id: str) -> ResponseDeleted:
         """Delete a stored response."""
-        return await self._send(_delete(response_id))  # type: ignore[no-any-return]
+        return cast("ResponseDeleted", await self._send(_delete(response_id)))

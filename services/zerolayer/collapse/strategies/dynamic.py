@@ -27,6 +27,12 @@ from zerolayer.collapse.select import dynamic_thresholds
 __all__ = ["build_dynamic", "measured_sparsity"]
 
 
+def _with(art: Dynamic, kind: str, thresholds: Any) -> Dynamic:
+    """The artifact with one input kind's thresholds (by layer) replaced."""
+    fields: dict[str, Any] = {kind: thresholds}
+    return replace(art, **fields)
+
+
 def build_dynamic(b: Builder) -> dict[str, Any]:
     """Per-token thresholds on the MLP intermediate, allocated per layer."""
     smap = b.silence_map()
@@ -137,7 +143,7 @@ def _input_thresholds(
         tries = DISTILLATIONS if kind in DISTILLED_INPUTS and b.s.distill_epochs > 0 else 0
         quantiles = _input_quantiles(b, art, kind, sorted(levels, reverse=True))
         for share, th in quantiles.items():
-            trial = replace(art, **{kind: th})
+            trial = _with(art, kind, th)
             val = b.validator.evaluate(b.applied(trial)).ppl_delta
             tried: dict[str, Any] = {"kind": kind, "share": share, "validation": round(val, 5)}
             trials.append(tried)
@@ -176,7 +182,7 @@ def _rederived(
     for kind, share in shares.items():
         if share > 0:
             quantile = _input_quantiles(b, out, kind, [share], windows)[share]
-            out = replace(out, **{kind: quantile})
+            out = _with(out, kind, quantile)
     return out
 
 
