@@ -73,6 +73,14 @@ def setup_budget(seconds: float) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs the imported model (directly or through another fixture) as
+    `model`, so the fast selection can leave them out."""
+    for item in items:
+        if "model_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket() as s:

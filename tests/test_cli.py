@@ -27,6 +27,7 @@ def zerolayer(
     )
 
 
+@pytest.mark.slow
 def test_keys_create_uses_the_running_embedded_redis_and_leaves_it_up(tmp_path: Path) -> None:
     env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
     with EmbeddedRedis(tmp_path / "redis") as server:
@@ -40,6 +41,7 @@ def test_keys_create_uses_the_running_embedded_redis_and_leaves_it_up(tmp_path: 
         client.close()
 
 
+@pytest.mark.slow
 def test_keys_create_starts_and_stops_embedded_redis_when_none_runs(tmp_path: Path) -> None:
     env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
     run = zerolayer("keys", "create", "--plan", "pro", env=env)
@@ -52,6 +54,7 @@ def test_keys_create_starts_and_stops_embedded_redis_when_none_runs(tmp_path: Pa
         client.close()
 
 
+@pytest.mark.slow
 def test_unknown_plan_is_a_clear_error(tmp_path: Path) -> None:
     run = zerolayer(
         "keys", "create", "--plan", "platinum", env={"ZEROLAYER_CACHE_DIR": str(tmp_path)}
@@ -108,6 +111,7 @@ def test_collapse_calibrate_map_and_ablate(model_dir: Path, tmp_path: Path) -> N
     assert all(r["kl"] > 0 and r["level"] == 0.2 for r in rows)
 
 
+@pytest.mark.slow
 def test_keys_list_set_plan_and_revoke(tmp_path: Path) -> None:
     env = {"ZEROLAYER_CACHE_DIR": str(tmp_path)}
     with EmbeddedRedis(tmp_path / "redis") as server:
@@ -277,6 +281,7 @@ async def _live_counts(redis_url: str, smap: Path) -> None:
     await client.aclose()
 
 
+@pytest.mark.slow
 def test_usage_and_invoice_commands_read_what_billing_counted(tmp_path: Path) -> None:
     import asyncio
     import csv

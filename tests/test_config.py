@@ -137,23 +137,30 @@ def test_embedded_default_declares_every_tier_with_scaling(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("tier", "message"),
+    ("name", "tier", "message"),
     [
-        ({"engine": "vllm", "artifact": "sparse24"}, "engine vllm cannot serve artifact"),
+        ("baseline", {"artifact": "sparse24"}, "engine vllm cannot serve artifact"),
+        # the torch tier's own settings (threads) are no vLLM tier's
+        ("sparse24", {"engine": "vllm"}, "vllm.threads: Extra inputs are not permitted"),
+        ("baseline", {"engine": "onnx"}, "does not match any of the expected tags"),
         (
+            "sparse24",
             {"autoscaling_config": {"min_replicas": 3, "max_replicas": 2}},
             "min_replicas 3 is above max_replicas 2",
         ),
         (
+            "sparse24",
             {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2, "initial_replicas": 5}},
             "initial_replicas 5 is outside",
         ),
-        ({"ray_actor_options": {"num_cpus": -1}}, "num_cpus"),
+        ("sparse24", {"ray_actor_options": {"num_cpus": -1}}, "num_cpus"),
     ],
 )
-def test_bad_tier_declarations_are_clear_errors(tmp_path: Path, tier: dict, message: str) -> None:
+def test_bad_tier_declarations_are_clear_errors(
+    tmp_path: Path, name: str, tier: dict, message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(
             env={"HOME": str(tmp_path)},
-            overrides={"models": {"smollm2-135m": {"tiers": {"sparse24": tier}}}},
+            overrides={"models": {"smollm2-135m": {"tiers": {name: tier}}}},
         )

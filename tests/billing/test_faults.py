@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 from zerolayer.billing.consumer import backlog
 from zerolayer.billing.events import EventWriter
@@ -33,6 +34,7 @@ def _consumer(url: str, cache: Path, name: str) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 def test_a_consumer_killed_mid_batch_and_restarted_counts_every_event_once(
     tmp_path: Path,
 ) -> None:

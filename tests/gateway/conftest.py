@@ -1,6 +1,7 @@
 """The gateway's FastAPI app over in-process replicas with the scripted fake engine, the real
 tokenfix and chunker, and a real redis-server. `make_gateway` builds more than one app on the same
-Redis: gateway replicas."""
+Redis: gateway replicas. Token counts come from a small tokenizer made for the session
+(tests/fixtures/tokenizer.py), so these tests need no imported model."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +38,7 @@ from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix
 
 from tests.conftest import free_port
+from tests.fixtures.tokenizer import make_tokenizer_dir
 
 SCRIPT = ["The", " capital", " of", " France", " is", " Paris", "."]
 RAISE = True
@@ -159,6 +162,30 @@ class Gateway:
 
 
 GatewayFactory = Callable[..., Gateway]
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small tokenizer's folder, made once per session (in place of the imported model)."""
+    return make_tokenizer_dir(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def prompts(tokenizer_dir: Path) -> PromptBuilder:
+    """The gateway tests' prompt builder (the small tokenizer)."""
+    return PromptBuilder(tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def tokenfix(tokenizer_dir: Path) -> Tokenfix:
+    """tokenfix over the small tokenizer."""
+    return Tokenfix({"smollm2-135m": tokenizer_dir})
+
+
+@pytest.fixture(scope="session")
+def chunker(tokenizer_dir: Path, base_config: PlatformConfig) -> Chunker:
+    """The chunker over the small tokenizer, with the platform's settings."""
+    return Chunker({"smollm2-135m": tokenizer_dir}, base_config.chunker)
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ def kill_under_load(
         f.result()
 
 
+@pytest.mark.slow
 def test_redis_stopped_mid_request_then_down_then_back(
     make_gateway: GatewayFactory, tmp_path: Path
 ) -> None:
@@ -237,6 +238,7 @@ def test_healthz_answers_while_a_megabyte_is_tokenized(make_gateway: GatewayFact
     print(f"/healthz answered {answered} times while a megabyte was tokenized")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, fsync: str) -> None:
     """kill -9 of the Redis server while requests and key changes run. appendfsync always:

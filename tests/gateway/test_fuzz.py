@@ -14,6 +14,8 @@ from schemathesis.generation import GenerationMode
 
 from tests.gateway.conftest import Gateway, GatewayFactory, plan
 
+pytestmark = pytest.mark.slow  # seconds of load or faults per test
+
 EXAMPLES = 30  # per operation and mode
 BODIES = {
     "POST /v1/chat/completions",

@@ -336,3 +336,26 @@ def test_many_chunk_inputs_are_one_chunker_call(make_gateway: GatewayFactory) ->
     assert r.status_code == 200, r.text
     assert calls == [1000], calls  # one call for the whole body
     print(f"1,000 empty inputs answered in {took:.2f} s")
+
+
+def test_an_admission_whose_reply_was_lost_gives_its_lease_back(redis_url: str) -> None:
+    """The request script ran but its reply never came (Redis killed in between): abandon()
+    frees the lease it took, and is a no-op when there was none."""
+    limits = plan(concurrent_requests=1)
+
+    async def run() -> tuple[int, int, bool, bool]:
+        lim, clock, client = _limiter(redis_url)
+        key = "lost" + uuid.uuid4().hex[:8]
+        await lim.request(key, "p", limits, "req-1")  # as if its reply were lost
+        with pytest.raises(RateLimited):  # the one slot is taken
+            await lim.request(key, "p", limits, "req-2")
+        before = _counters(redis_url, key, int(clock() // 60))["leases"]
+        first, again = await lim.abandon(key, "req-1"), await lim.abandon(key, "req-1")
+        await lim.request(key, "p", limits, "req-3")  # the slot is free again
+        after = _counters(redis_url, key, int(clock() // 60))["leases"]
+        await client.aclose()
+        return before, after, first, again
+
+    before, after, first, again = asyncio.run(run())
+    assert (before, after) == (1, 1)  # req-1's lease gone, req-3's taken
+    assert first is True and again is False

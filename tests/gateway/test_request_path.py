@@ -120,7 +120,7 @@ def test_long_prompt_is_summarised_map_reduce_when_asked(make_gateway: GatewayFa
         plans={"calls": plan(requests_per_minute=200)},
         key_plan="calls",
         engine=engine,
-        chunker={"max_summary_chunks": 40},
+        chunker={"max_summary_chunks": 60},
     )
     long = {
         **CHAT,
@@ -156,7 +156,7 @@ def test_a_summary_is_refused_when_its_calls_do_not_fit_the_minute(
         plans={"few": plan(requests_per_minute=20)},
         key_plan="few",
         engine=engine,
-        chunker={"max_summary_chunks": 40},
+        chunker={"max_summary_chunks": 60},
     )
     long = {**CHAT, "messages": [{"role": "user", "content": DOC * 3}], "long_prompt": "summarize"}
     err = assert_openai_error(

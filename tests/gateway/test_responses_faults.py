@@ -16,6 +16,8 @@ from zerolayer.store.embedded import EmbeddedRedis
 from tests.gateway.conftest import SCRIPT, GatewayFactory
 from tests.gateway.test_faults import kill_under_load
 
+pytestmark = pytest.mark.slow  # seconds of load or faults per test
+
 ANSWER = "".join(SCRIPT)
 CLIENTS = 20
 

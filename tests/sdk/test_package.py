@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SDK = ROOT / "sdk"
 ALLOWED = {"httpx", "pydantic"}
@@ -31,6 +33,7 @@ def test_the_sdk_imports_nothing_of_the_server() -> None:
     assert not wrong, wrong
 
 
+@pytest.mark.slow
 def test_pip_install_sdk_alone_into_an_empty_environment(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

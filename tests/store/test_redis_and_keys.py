@@ -60,6 +60,7 @@ def test_embedded_redis_keeps_keys_across_restarts_with_aof(tmp_path: Path) -> N
         client.close()
 
 
+@pytest.mark.slow
 def test_without_the_secret_nothing_is_allowed(redis_server: EmbeddedRedis) -> None:
     anonymous = redis.Redis(unix_socket_path=str(redis_server.socket))
     with pytest.raises(redis.AuthenticationError):
@@ -127,6 +128,7 @@ def test_files_an_older_server_left_readable_are_made_private(tmp_path: Path) ->
     assert stat.S_IMODE(old.stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_a_configured_port_listens_on_loopback_only_and_needs_the_secret(tmp_path: Path) -> None:
     port = free_port()
     with EmbeddedRedis(tmp_path, port) as server:

@@ -218,6 +218,14 @@ class Flow:
         except RateLimited as exc:
             self.metrics.inc("limited", exc.code or "", record.plan)
             raise
+        except RedisError:
+            # the script may have run before the connection broke, its reply lost: its lease is
+            # given back once Redis answers again (a no-op if it never ran)
+            async def step() -> None:
+                await self.limiter.abandon(record.key_id, rid)
+
+            self.later(retried(step, f"abandoning {rid}", self._stop))
+            raise
         self.inflight[rid] = r
         return r
 
