@@ -417,7 +417,7 @@ class Limiter:
     async def abandon(self, key_id: str, request_id: str) -> bool:
         """Give back the lease (and reservation) of a request whose admission may or may not
         have run: its reply was lost with the connection. False if there was none to give."""
-        args = [self._pinned_ms(), _prefix(key_id), request_id, 0, 0, 0]
+        args: list[str | int] = [self._pinned_ms(), _prefix(key_id), request_id, 0, 0, 0]
         done, _ = await self._settle(args=args)
         return bool(done)
 

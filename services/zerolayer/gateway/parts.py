@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import ConversationStore
+from zerolayer.gateway.canary import CanaryRunner
 from zerolayer.gateway.http import KeyLookup
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.live import LiveSignals
@@ -29,9 +30,10 @@ from zerolayer.store.keys import KeyStore
 from zerolayer.store.tiers import AsyncTierBoard
 from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
 
-__all__ = ["Backend", "GatewayParts", "HealthCheck", "chunked", "prompt_ids"]
+__all__ = ["Backend", "BillingStats", "GatewayParts", "HealthCheck", "chunked", "prompt_ids"]
 
 HealthCheck = Callable[[], Awaitable[dict[str, Any]]]
+BillingStats = Callable[[], Awaitable[dict[str, int]]]
 
 
 class Backend(Protocol):
@@ -75,12 +77,12 @@ class GatewayParts:
     keys: KeyStore | None = None  # the admin API's key store (synchronous; admin calls are rare)
     tiers: AsyncTierBoard | None = None  # which tiers are ready; None: all of them
     live: LiveSignals | None = None  # the production signals for /metrics and the tier cards
-    canary: Any = None  # the CanaryRunner (gateway.canary) this replica runs in the background
+    canary: CanaryRunner | None = None  # the canary this replica runs in the background
     traffic: AsyncTrafficStore | None = None  # where opted-in keys' sampled prompts go
     traffic_admin: TrafficStore | None = None  # the admin API's view of them (delete, count)
     conversations: ConversationStore | None = None  # stored responses, conversations; None: off
     ledger: Ledger | None = None  # usage and invoices (what billing counted); None: no routes
-    billing_stats: Any = None  # async () -> the billing consumers' backlog, for /admin/billing
+    billing_stats: BillingStats | None = None  # the billing consumers' backlog (/admin/billing)
 
 
 async def prompt_ids(backend: Backend, model: str, req: PromptInput) -> list[int]:
