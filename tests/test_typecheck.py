@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,21 @@ def test_strict_where_other_code_imports_the_types() -> None:
     assert "ignore-without-code" in cfg["enable_error_code"]
 
 
+def _mypy(api: Any, pkg: Path, tmp_path: Path) -> tuple[str, int]:
+    """mypy with the project's settings over one folder: (its report, its exit status)."""
+    out, _err, status = api.run(
+        [
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-incremental",
+            str(pkg),
+        ]
+    )
+    return out, status
+
+
 def test_mypy_with_these_settings_fails_on_planted_errors(tmp_path: Path) -> None:
     api = pytest.importorskip("mypy.api")
     pkg = tmp_path / "zerolayer"
@@ -86,16 +102,7 @@ def test_mypy_with_these_settings_fails_on_planted_errors(tmp_path: Path) -> Non
     (pkg / "gateway" / "flow.py").write_text(
         'count: int = "three"\nsize: int = "four"  # type: ignore\n'
     )
-    out, _err, status = api.run(
-        [
-            "--config-file",
-            str(REPO / "pyproject.toml"),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--no-incremental",
-            str(pkg),
-        ]
-    )
+    out, status = _mypy(api, pkg, tmp_path)
     assert status == 1, out
     assert "protocol.py:1: error: Function is missing a type annotation" in out
     assert 'flow.py:1: error: Incompatible types in assignment (expression has type "str"' in out
@@ -103,14 +110,5 @@ def test_mypy_with_these_settings_fails_on_planted_errors(tmp_path: Path) -> Non
     # the same function in a default-level module passes
     (pkg / "protocol.py").write_text("")
     (pkg / "gateway" / "flow.py").write_text("def value(x):\n    return x\n")
-    out, _err, status = api.run(
-        [
-            "--config-file",
-            str(REPO / "pyproject.toml"),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--no-incremental",
-            str(pkg),
-        ]
-    )
+    out, status = _mypy(api, pkg, tmp_path)
     assert status == 0, out
