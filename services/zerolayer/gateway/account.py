@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from zerolayer.config import PlanConfig, usd_text
 from zerolayer.errors import PermissionDenied
-from zerolayer.gateway.http import authorise
+from zerolayer.gateway.deps import CurrentKey
 from zerolayer.gateway.limits import month_of
 from zerolayer.gateway.parts import GatewayParts
 
@@ -43,8 +43,7 @@ def account_router(parts: GatewayParts) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/account")
-    async def account(request: Request) -> dict[str, Any]:
-        record = await authorise(request, parts.lookup_key)
+    async def account(record: CurrentKey) -> dict[str, Any]:
         plan = parts.config.plans.get(record.plan)
         if plan is None:
             raise PermissionDenied(f"this key's plan {record.plan!r} no longer exists")

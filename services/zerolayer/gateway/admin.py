@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from zerolayer.errors import APIError, AuthenticationFailed, InvalidRequest, PermissionDenied
-from zerolayer.gateway.http import is_admin, read_json
+from zerolayer.errors import APIError, InvalidRequest
+from zerolayer.gateway.deps import AdminKeys, admin_keys
+from zerolayer.gateway.http import read_json
 from zerolayer.gateway.limits import month_of
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
@@ -22,7 +23,7 @@ from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 from zerolayer.gateway.usage import add_billing_routes
 from zerolayer.store.keys import KeyStore, UnknownKey, UnknownTenant
 
-__all__ = ["admin_guard", "admin_router", "KeyNotFound", "key_call", "revoke_and_purge"]
+__all__ = ["admin_router", "KeyNotFound", "key_call", "revoke_and_purge"]
 
 
 class KeyNotFound(APIError):
@@ -39,21 +40,6 @@ class TenantNotFound(APIError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "tenant_not_found"
-
-
-def admin_guard(parts: GatewayParts, request: Request) -> KeyStore:
-    """The key store, for a request made with the admin key; 403 when the admin API is off,
-    401 for any other key."""
-    expected = parts.config.gateway.admin_key_sha256
-    if expected is None or parts.keys is None:
-        raise PermissionDenied(
-            "the admin API is disabled: start the platform with ZEROLAYER_ADMIN_KEY set "
-            "(or let `zerolayer up` make <cache>/admin-key)",
-            code="admin_disabled",
-        )
-    if not is_admin(request, expected):
-        raise AuthenticationFailed("the admin key is missing or wrong", code="invalid_admin_key")
-    return parts.keys
 
 
 async def key_call(fn: Any, *args: Any) -> Any:
@@ -77,13 +63,11 @@ async def revoke_and_purge(parts: GatewayParts, store: KeyStore, key_id: str) ->
 
 def admin_router(parts: GatewayParts) -> APIRouter:
     """Routes of the admin API."""
-    router = APIRouter(prefix="/admin")
+    # the admin key, before anything else; routes that use the key store declare AdminKeys
+    router = APIRouter(prefix="/admin", dependencies=[Depends(admin_keys)])
     cfg = parts.config
     max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
     call = key_call
-
-    def guard(request: Request) -> KeyStore:
-        return admin_guard(parts, request)
 
     def plan_of(name: str) -> str:
         if name not in cfg.plans:
@@ -93,38 +77,34 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         return name
 
     @router.get("/account")
-    async def admin_account(request: Request) -> dict[str, Any]:
-        guard(request)
+    async def admin_account() -> dict[str, Any]:
         return {"object": "account", "admin": True, "plans": list(cfg.plans)}
 
     @router.post("/keys", status_code=201, openapi_extra=body_schema(CreateKeyRequest))
-    async def create_key(request: Request) -> JSONResponse:
-        store = guard(request)
+    async def create_key(request: Request, store: AdminKeys) -> JSONResponse:
         body = await read_json(request, CreateKeyRequest, max_bytes, timeout)
         key, record = await call(store.create, plan_of(body.plan), body.name, body.tenant)
         return JSONResponse({"key": key, **record.public()}, status_code=201)
 
     @router.get("/keys")
-    async def list_keys(request: Request) -> dict[str, Any]:
-        store = guard(request)
+    async def list_keys(store: AdminKeys) -> dict[str, Any]:
         return {"object": "list", "data": [r.public() for r in await call(store.list)]}
 
     @router.get("/keys/{key_id}")
-    async def get_key(request: Request, key_id: str) -> dict[str, Any]:
-        return (await call(guard(request).get, key_id)).public()
+    async def get_key(store: AdminKeys, key_id: str) -> dict[str, Any]:
+        return (await call(store.get, key_id)).public()
 
     def purge(key_id: str) -> int:
         return parts.traffic_admin.purge(key_id) if parts.traffic_admin is not None else 0
 
     @router.delete("/keys/{key_id}")
-    async def revoke_key(request: Request, key_id: str) -> dict[str, Any]:
+    async def revoke_key(store: AdminKeys, key_id: str) -> dict[str, Any]:
         """Revoke a key and delete the prompts kept of it."""
-        return await revoke_and_purge(parts, guard(request), key_id)
+        return await revoke_and_purge(parts, store, key_id)
 
     @router.patch("/keys/{key_id}", openapi_extra=body_schema(ChangePlanRequest))
-    async def change_key(request: Request, key_id: str) -> dict[str, Any]:
+    async def change_key(request: Request, store: AdminKeys, key_id: str) -> dict[str, Any]:
         """A new plan, label and/or traffic sampling; opting out deletes what was kept."""
-        store = guard(request)
         body = await read_json(request, ChangePlanRequest, max_bytes, timeout)
         given = body.model_fields_set & {"plan", "name", "sample_traffic"}
         if not given or ("plan" in given and body.plan is None):
@@ -142,9 +122,8 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         return {**record.public(), **out}
 
     @router.get("/keys/{key_id}/traffic")
-    async def key_traffic(request: Request, key_id: str) -> dict[str, Any]:
+    async def key_traffic(store: AdminKeys, key_id: str) -> dict[str, Any]:
         """The prompts kept of a key (within the retention window), oldest first."""
-        store = guard(request)
         await call(store.get, key_id)  # 404 for an unknown id
         if parts.traffic_admin is None:
             return {"object": "list", "data": []}
@@ -152,17 +131,16 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         return {"object": "list", "data": [e.public() for e in entries]}
 
     @router.delete("/keys/{key_id}/traffic")
-    async def delete_key_traffic(request: Request, key_id: str) -> dict[str, Any]:
+    async def delete_key_traffic(store: AdminKeys, key_id: str) -> dict[str, Any]:
         """Delete every prompt kept of a key (its sampling setting stays as it is)."""
-        store = guard(request)
         await call(store.get, key_id)
         return {"key_id": key_id, "deleted": await call(purge, key_id)}
 
     @router.get("/tenants")
-    async def tenants(request: Request) -> dict[str, Any]:
+    async def tenants(store: AdminKeys) -> dict[str, Any]:
         """Every tenant (an account: the keys made for it), with its keys, active keys, plans
         and, with billing on, this month's invoice total so far."""
-        records = await call(guard(request).list)
+        records = await call(store.list)
         by: dict[str, list[Any]] = {}
         for r in records:
             by.setdefault(r.owner, []).append(r)
@@ -184,9 +162,9 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         return {"object": "list", "data": data}
 
     @router.get("/tenants/{tenant}")
-    async def tenant_objects(request: Request, tenant: str) -> dict[str, Any]:
+    async def tenant_objects(store: AdminKeys, tenant: str) -> dict[str, Any]:
         """A tenant's keys and its stored responses and conversations (ids, never content)."""
-        keys = await call(guard(request).tenant_keys, tenant)
+        keys = await call(store.tenant_keys, tenant)
         objects = (
             [] if parts.conversations is None else await parts.conversations.tenant_objects(tenant)
         )
@@ -197,9 +175,9 @@ def admin_router(parts: GatewayParts) -> APIRouter:
         }
 
     @router.delete("/tenants/{tenant}/objects")
-    async def delete_tenant_objects(request: Request, tenant: str) -> dict[str, Any]:
+    async def delete_tenant_objects(store: AdminKeys, tenant: str) -> dict[str, Any]:
         """Delete every stored response and conversation of a tenant (its keys stay)."""
-        await call(guard(request).tenant_keys, tenant)
+        await call(store.tenant_keys, tenant)
         deleted = (
             {"response": 0, "conversation": 0}
             if parts.conversations is None
@@ -210,25 +188,22 @@ def admin_router(parts: GatewayParts) -> APIRouter:
     if parts.ledger is not None:
         ledger = parts.ledger
 
-        async def tenant_of(request: Request) -> str:
-            tenant = request.path_params["tenant"]
-            await call(guard(request).tenant_keys, tenant)
+        async def tenant_of(store: AdminKeys, tenant: str) -> str:
+            await call(store.tenant_keys, tenant)
             return str(tenant)
 
         add_billing_routes(router, "/tenants/{tenant}", tenant_of, ledger)
 
         @router.get("/billing")
-        async def billing(request: Request) -> dict[str, Any]:
+        async def billing() -> dict[str, Any]:
             """The tenants with usage, and the usage stream's backlog (unread, pending)."""
-            guard(request)
             stats = await parts.billing_stats() if parts.billing_stats is not None else None
             return {"object": "billing", "tenants": await ledger.tenants(), "stream": stats}
 
     @router.post("/canary")
-    async def run_canary(request: Request) -> dict[str, Any]:
+    async def run_canary() -> dict[str, Any]:
         """Run the canary now (it also runs every monitoring.canary_interval_s): per ready
         tier, its KL against the baseline tier, the limit and whether it is over."""
-        guard(request)
         if parts.canary is None:
             raise InvalidRequest("this gateway runs no canary")
         return {"object": "canary", "tiers": await parts.canary.run()}

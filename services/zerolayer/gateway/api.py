@@ -24,14 +24,9 @@ from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import chunks_router
 from zerolayer.gateway.console import console_router
 from zerolayer.gateway.conversations import conversations_router
+from zerolayer.gateway.deps import CurrentKey, Reader, current_tenant
 from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.http import (
-    authorise,
-    authorise_reader,
-    error_response,
-    read_json,
-    validation_message,
-)
+from zerolayer.gateway.http import error_response, read_json, validation_message
 from zerolayer.gateway.idempotency import Idempotency
 from zerolayer.gateway.keys import keys_router
 from zerolayer.gateway.live import render_live
@@ -98,6 +93,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
         title="zerolayer", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan
     )
     app.state.flow = flow
+    app.state.parts = parts  # what the routes' dependencies read (gateway.deps)
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -131,21 +127,18 @@ def create_app(parts: GatewayParts) -> FastAPI:
     max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
 
     @app.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
-    async def chat_completions(request: Request) -> Response:
-        record = await authorise(request, parts.lookup_key)
+    async def chat_completions(request: Request, record: CurrentKey) -> Response:
         return await flow(
             await read_json(request, ChatCompletionRequest, max_bytes, timeout), record
         )
 
     @app.post("/v1/completions", openapi_extra=body_schema(CompletionRequest))
-    async def completions(request: Request) -> Response:
-        record = await authorise(request, parts.lookup_key)
+    async def completions(request: Request, record: CurrentKey) -> Response:
         body = await read_json(request, CompletionRequest, max_bytes, timeout)
         return await flow(body, record)
 
     @app.get("/v1/models")
-    async def models(request: Request) -> dict[str, Any]:
-        record = await authorise_reader(request, parts.lookup_key, cfg.gateway.admin_key_sha256)
+    async def models(record: Reader) -> dict[str, Any]:
         states = await flow.states() or {}
         ready = [t for t in catalog.served() if state_of(states, t).ready]
         cards = await parts.backend.cards(ready)
@@ -179,17 +172,11 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app.include_router(chunks_router(parts, catalog, flow))
     if parts.conversations is not None:
         responder = Responder(flow, parts.conversations)
-        app.include_router(responses_router(parts.lookup_key, responder, max_bytes, timeout))
-        app.include_router(
-            conversations_router(parts.lookup_key, parts.conversations, max_bytes, timeout)
-        )
+        app.include_router(responses_router(responder, max_bytes, timeout))
+        app.include_router(conversations_router(parts.conversations, max_bytes, timeout))
     if parts.ledger is not None:
         billing = APIRouter()
-
-        async def caller(request: Request) -> str:
-            return (await authorise(request, parts.lookup_key)).owner
-
-        add_billing_routes(billing, "/v1", caller, parts.ledger)
+        add_billing_routes(billing, "/v1", current_tenant, parts.ledger)
         app.include_router(billing)
     app.include_router(account_router(parts))
     app.include_router(console_router())

@@ -27,8 +27,9 @@ from fastapi.responses import JSONResponse, Response
 
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
 from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.deps import CurrentKey
 from zerolayer.gateway.flow import Flow, status_of
-from zerolayer.gateway.http import ClosingStream, authorise, read_json
+from zerolayer.gateway.http import ClosingStream, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
@@ -88,8 +89,7 @@ def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRoute
     cfg = parts.config
 
     @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
-    async def chunks(request: Request) -> Response:
-        record = await authorise(request, parts.lookup_key)  # the key first, then the body
+    async def chunks(request: Request, record: CurrentKey) -> Response:  # the key, then the body
         if request.headers.get("content-type", "").startswith("text/plain"):
             model_id, options = _query_options(request, cfg.chunker.chunk_tokens)
             model = catalog.resolve(model_id, record.plan).model

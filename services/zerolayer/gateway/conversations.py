@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from zerolayer.conversations import ConversationStore, input_items, new_id
-from zerolayer.gateway.http import Cursor, KeyLookup, authorise, cursor, found, read_json
+from zerolayer.gateway.deps import Tenant
+from zerolayer.gateway.http import Cursor, cursor, found, read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
@@ -20,40 +21,32 @@ from zerolayer.gateway.response_bodies import (
 __all__ = ["conversations_router"]
 
 
-def conversations_router(
-    lookup_key: KeyLookup, store: ConversationStore, max_bytes: int, timeout_s: float
-) -> APIRouter:
+def conversations_router(store: ConversationStore, max_bytes: int, timeout_s: float) -> APIRouter:
     """Routes of the Conversations API."""
     router = APIRouter(prefix="/v1/conversations")
 
-    async def tenant(request: Request) -> str:
-        return (await authorise(request, lookup_key)).owner
-
     @router.post("", openapi_extra=body_schema(CreateConversationRequest))
-    async def create(request: Request) -> dict[str, Any]:
-        owner = await tenant(request)
+    async def create(request: Request, owner: Tenant) -> dict[str, Any]:
         body = await read_json(request, CreateConversationRequest, max_bytes, timeout_s)
         items = input_items(body.items or [], "items")
         return await store.create_conversation(owner, new_id("conv"), body.metadata or {}, items)
 
     @router.get("/{conversation_id}")
-    async def retrieve(request: Request, conversation_id: str) -> dict[str, Any]:
-        return await found(store.conversation(await tenant(request), conversation_id))
+    async def retrieve(owner: Tenant, conversation_id: str) -> dict[str, Any]:
+        return await found(store.conversation(owner, conversation_id))
 
     @router.post("/{conversation_id}", openapi_extra=body_schema(UpdateConversationRequest))
-    async def update(request: Request, conversation_id: str) -> dict[str, Any]:
-        owner = await tenant(request)
+    async def update(request: Request, owner: Tenant, conversation_id: str) -> dict[str, Any]:
         body = await read_json(request, UpdateConversationRequest, max_bytes, timeout_s)
         return await found(store.update_conversation(owner, conversation_id, body.metadata or {}))
 
     @router.delete("/{conversation_id}")
-    async def delete(request: Request, conversation_id: str) -> dict[str, Any]:
-        await found(store.delete_conversation(await tenant(request), conversation_id))
+    async def delete(owner: Tenant, conversation_id: str) -> dict[str, Any]:
+        await found(store.delete_conversation(owner, conversation_id))
         return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
     @router.post("/{conversation_id}/items", openapi_extra=body_schema(AddItemsRequest))
-    async def add_items(request: Request, conversation_id: str) -> dict[str, Any]:
-        owner = await tenant(request)
+    async def add_items(request: Request, owner: Tenant, conversation_id: str) -> dict[str, Any]:
         body = await read_json(request, AddItemsRequest, max_bytes, timeout_s)
         items = input_items(body.items, "items")
         await found(store.add_items(owner, conversation_id, items))
@@ -67,21 +60,19 @@ def conversations_router(
 
     @router.get("/{conversation_id}/items")
     async def list_items(
-        request: Request,
+        owner: Tenant,
         conversation_id: str,
         at: Annotated[Cursor, Depends(cursor)],
     ) -> dict[str, Any]:
-        owner = await tenant(request)
         got = await found(store.item_page(owner, conversation_id, at.limit, at.order, at.after))
         return got.body()
 
     @router.get("/{conversation_id}/items/{item_id}")
-    async def retrieve_item(request: Request, conversation_id: str, item_id: str) -> Any:
-        return await found(store.item(await tenant(request), conversation_id, item_id))
+    async def retrieve_item(owner: Tenant, conversation_id: str, item_id: str) -> Any:
+        return await found(store.item(owner, conversation_id, item_id))
 
     @router.delete("/{conversation_id}/items/{item_id}")
-    async def delete_item(request: Request, conversation_id: str, item_id: str) -> Any:
-        owner = await tenant(request)
+    async def delete_item(owner: Tenant, conversation_id: str, item_id: str) -> Any:
         await found(store.delete_item(owner, conversation_id, item_id))
         return await found(store.conversation(owner, conversation_id))
 

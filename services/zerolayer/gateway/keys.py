@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
 from zerolayer.errors import InvalidRequest
 from zerolayer.gateway.admin import KeyNotFound, key_call, revoke_and_purge
-from zerolayer.gateway.http import authorise, read_json
+from zerolayer.gateway.deps import CurrentKey
+from zerolayer.gateway.http import read_json
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import RenameKeyRequest
@@ -41,28 +42,28 @@ def keys_router(parts: GatewayParts) -> APIRouter:
     def view(record: ApiKeyRecord, caller: ApiKeyRecord) -> dict[str, Any]:
         return {**record.public(), "current": record.key_id == caller.key_id}
 
-    async def own(request: Request, key_id: str) -> ApiKeyRecord:
+    async def own(caller: CurrentKey, key_id: str) -> ApiKeyRecord:
         """The caller's record, once key_id is one of its tenant's keys (404 for any other)."""
-        caller = await authorise(request, parts.lookup_key)
         if (await key_call(store().get, key_id)).owner != caller.owner:
             raise KeyNotFound(f"no API key with id {key_id!r}")
         return caller
 
     @router.get("")
-    async def list_keys(request: Request) -> dict[str, Any]:
-        caller = await authorise(request, parts.lookup_key)
+    async def list_keys(caller: CurrentKey) -> dict[str, Any]:
         records = await key_call(store().tenant_keys, caller.owner)
         return {"object": "list", "data": [view(r, caller) for r in records]}
 
+    # a closure's dependency goes in the default: FastAPI resolves string annotations in the
+    # module's globals only
     @router.patch("/{key_id}", openapi_extra=body_schema(RenameKeyRequest))
-    async def rename_key(request: Request, key_id: str) -> dict[str, Any]:
-        caller = await own(request, key_id)
+    async def rename_key(
+        request: Request, key_id: str, caller: ApiKeyRecord = Depends(own)
+    ) -> dict[str, Any]:
         body = await read_json(request, RenameKeyRequest, max_bytes, timeout)
         return view(await key_call(store().set_name, key_id, body.name), caller)
 
     @router.delete("/{key_id}")
-    async def revoke_key(request: Request, key_id: str) -> dict[str, Any]:
-        caller = await own(request, key_id)
+    async def revoke_key(key_id: str, caller: ApiKeyRecord = Depends(own)) -> dict[str, Any]:
         revoked = await revoke_and_purge(parts, store(), key_id)
         return {**revoked, "current": key_id == caller.key_id}
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends
 
-from zerolayer.gateway.admin import admin_guard
 from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.deps import admin_keys
 from zerolayer.gateway.flow import Flow
 from zerolayer.gateway.metrics import finished_by_tier, tier_stats
 from zerolayer.gateway.parts import GatewayParts
@@ -67,11 +67,10 @@ def alerts_of(tier: str, signals: dict[str, Any], drift_limit: float) -> list[di
 
 def operations_router(parts: GatewayParts, flow: Flow, catalog: Catalog) -> APIRouter:
     """The route of GET /admin/operations."""
-    router = APIRouter()
+    router = APIRouter(dependencies=[Depends(admin_keys)])  # the admin key
 
     @router.get("/admin/operations")
-    async def operations(request: Request) -> dict[str, Any]:
-        admin_guard(parts, request)
+    async def operations() -> dict[str, Any]:
         served = [str(t) for t in catalog.served()]
         states = await flow.states() or {}
         stats = await tier_stats(parts.metrics)

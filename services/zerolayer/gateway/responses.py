@@ -40,16 +40,9 @@ from zerolayer.errors import (
     InvalidRequest,
     ObjectNotFound,
 )
+from zerolayer.gateway.deps import CurrentKey
 from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget, status_of
-from zerolayer.gateway.http import (
-    ClosingStream,
-    Cursor,
-    KeyLookup,
-    authorise,
-    cursor,
-    found,
-    read_json,
-)
+from zerolayer.gateway.http import ClosingStream, Cursor, cursor, found, read_json
 from zerolayer.gateway.limits import retried
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import prompt_ids
@@ -391,7 +384,6 @@ class Responder:
 
 
 def responses_router(
-    lookup_key: KeyLookup,
     responder: Responder,
     max_bytes: int,
     timeout_s: float,
@@ -401,27 +393,23 @@ def responses_router(
     store = responder.store
 
     @router.post("", openapi_extra=body_schema(CreateResponseRequest))
-    async def create(request: Request) -> Response:
-        record = await authorise(request, lookup_key)
+    async def create(request: Request, record: CurrentKey) -> Response:
         body = await read_json(request, CreateResponseRequest, max_bytes, timeout_s)
         return await responder.create(body, record)
 
     @router.get("/{response_id}")
-    async def retrieve(request: Request, response_id: str) -> dict[str, Any]:
-        record = await authorise(request, lookup_key)
+    async def retrieve(record: CurrentKey, response_id: str) -> dict[str, Any]:
         return (await found(store.response(record.owner, response_id))).obj
 
     @router.delete("/{response_id}")
-    async def delete(request: Request, response_id: str) -> dict[str, Any]:
-        record = await authorise(request, lookup_key)
+    async def delete(record: CurrentKey, response_id: str) -> dict[str, Any]:
         await found(store.delete_response(record.owner, response_id))
         return {"id": response_id, "object": "response", "deleted": True}
 
     @router.get("/{response_id}/input_items")
     async def input_items_of(
-        request: Request, response_id: str, at: Annotated[Cursor, Depends(cursor)]
+        record: CurrentKey, response_id: str, at: Annotated[Cursor, Depends(cursor)]
     ) -> dict[str, Any]:
-        record = await authorise(request, lookup_key)
         stored = await found(store.response(record.owner, response_id))
         return page(stored.input, at.limit, at.order, at.after).body()
 

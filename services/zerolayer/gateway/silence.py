@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
 from zerolayer.artifacts.silence_map import SilenceMap
 from zerolayer.errors import APIError, InvalidRequest, ModelNotFound
-from zerolayer.gateway.http import authorise_reader, query_value
+from zerolayer.gateway.deps import reader
+from zerolayer.gateway.http import query_value
 from zerolayer.gateway.parts import GatewayParts
 
 __all__ = ["SilenceMaps", "silence_router"]
@@ -136,13 +137,12 @@ class SilenceMaps:
 
 def silence_router(parts: GatewayParts) -> APIRouter:
     """The silence map routes."""
-    router = APIRouter(prefix="/v1/models/{model}/silence_map")
+    # an API key or the admin key, before anything else
+    router = APIRouter(prefix="/v1/models/{model}/silence_map", dependencies=[Depends(reader)])
     maps = SilenceMaps(parts)
-    admin = parts.config.gateway.admin_key_sha256
 
     @router.get("")
     async def overview(request: Request, model: str) -> dict[str, Any]:
-        await authorise_reader(request, parts.lookup_key, admin)
         q = _share(request, "quantile", math.nan)
         share = _share(request, "silent_share", 0.5)
         return await asyncio.to_thread(maps.overview, model, None if math.isnan(q) else q, share)
@@ -151,7 +151,6 @@ def silence_router(parts: GatewayParts) -> APIRouter:
     async def channel(
         request: Request, model: str, kind: str, layer: int, channel: int
     ) -> dict[str, Any]:
-        await authorise_reader(request, parts.lookup_key, admin)
         q = _share(request, "quantile", math.nan)
         return await asyncio.to_thread(
             maps.channel, model, kind, layer, channel, None if math.isnan(q) else q

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import date, datetime, timezone
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from zerolayer.billing.ledger import (
@@ -38,8 +38,9 @@ from zerolayer.gateway.http import query_value
 
 __all__ = ["Who", "add_billing_routes"]
 
-# who(request) -> the tenant whose usage a request may read (raises when it may read none)
-Who = Callable[[Request], Awaitable[str]]
+# who: a dependency giving the tenant whose usage a request may read (raises when it may read
+# none): the caller's own tenant, or for the admin key the path's
+Who = Callable[..., Awaitable[str]]
 
 
 def _format(request: Request, allowed: tuple[str, ...]) -> str:
@@ -92,16 +93,14 @@ def add_billing_routes(
     """The usage and invoice routes under `base` ("/v1", "/admin/tenants/{tenant}")."""
 
     @router.get(base + "/usage")
-    async def usage(request: Request) -> dict[str, Any]:
-        tenant = await who(request)
+    async def usage(request: Request, tenant: str = Depends(who)) -> dict[str, Any]:
         first, last = _range(request, clock())
         groups = [g for g in request.query_params.get("group_by", "day").split(",") if g]
         key_id = request.query_params.get("key_id") or None
         return await ledger.usage(tenant, first, last, groups, key_id)
 
     @router.get(base + "/requests")
-    async def requests_log(request: Request) -> Response:
-        tenant = await who(request)
+    async def requests_log(request: Request, tenant: str = Depends(who)) -> Response:
         fmt = _format(request, ("json", "csv"))
         days = _bounded(request, "days", 7, 1, LOG_DAYS)
         key_id = request.query_params.get("key_id") or None
@@ -137,13 +136,11 @@ def add_billing_routes(
         )
 
     @router.get(base + "/invoices")
-    async def invoices(request: Request) -> dict[str, Any]:
-        tenant = await who(request)
+    async def invoices(tenant: str = Depends(who)) -> dict[str, Any]:
         return {"object": "list", "data": await ledger.invoices(tenant)}
 
     @router.get(base + "/invoices/{month}")
-    async def invoice(request: Request, month: str) -> Response:
-        tenant = await who(request)
+    async def invoice(request: Request, month: str, tenant: str = Depends(who)) -> Response:
         fmt = _format(request, ("json", "csv"))
         inv = await ledger.invoice(tenant, parse_month(month), clock())
         if fmt == "csv":
@@ -155,8 +152,7 @@ def add_billing_routes(
         return Response(json.dumps(inv), media_type="application/json")
 
     @router.get(base + "/invoices/{month}/events")
-    async def events(request: Request, month: str) -> Response:
-        tenant = await who(request)
+    async def events(request: Request, month: str, tenant: str = Depends(who)) -> Response:
         fmt = _format(request, ("jsonl", "csv"))
         await ledger.invoice(tenant, parse_month(month), clock())  # 404 for a month without one
         lines = ledger.events(tenant, month)
