@@ -1,38 +1,28 @@
-"""The gateway's HTTP surface: OpenAI routes under /v1, the admin API under /admin, /healthz and
-/metrics. Built as a plain FastAPI app over a Backend (gateway.parts), so it runs inside Ray
-Serve and in unit tests alike. Every error of every route becomes its HTTP response here, in the
-app's exception handlers."""
+"""The gateway's FastAPI app: the routers of gateway.routes (OpenAI routes under /v1, the admin
+API under /admin, /healthz and /metrics) over one replica's parts, set on app.state for the
+routes' dependencies. Built as a plain FastAPI app over a Backend (gateway.parts), so it runs
+inside Ray Serve and in unit tests alike. Every error of every route becomes its HTTP response
+here, in the app's exception handlers."""
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
-from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from zerolayer.errors import APIError, InvalidRequest, StoreUnavailable, openai_error_body
-from zerolayer.gateway.account import account_router
-from zerolayer.gateway.admin import admin_router
+from zerolayer.gateway import routes
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.chunks import chunks_router
-from zerolayer.gateway.console import console_router
-from zerolayer.gateway.conversations import conversations_router
-from zerolayer.gateway.deps import CurrentKey, Reader, current_tenant
 from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.http import error_response, read_json, validation_message
+from zerolayer.gateway.http import error_response, validation_message
 from zerolayer.gateway.idempotency import Idempotency
-from zerolayer.gateway.keys import keys_router
-from zerolayer.gateway.live import render_live
-from zerolayer.gateway.metrics import tier_stats
-from zerolayer.gateway.openapi import body_schema, install_schema
-from zerolayer.gateway.operations import operations_router
+from zerolayer.gateway.openapi import install_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
@@ -40,7 +30,7 @@ from zerolayer.gateway.response_bodies import (
     CreateResponseRequest,
     UpdateConversationRequest,
 )
-from zerolayer.gateway.responses import Responder, responses_router
+from zerolayer.gateway.responses import Responder
 from zerolayer.gateway.schemas import (
     ChangePlanRequest,
     ChatCompletionRequest,
@@ -49,9 +39,7 @@ from zerolayer.gateway.schemas import (
     CreateKeyRequest,
     RenameKeyRequest,
 )
-from zerolayer.gateway.silence import silence_router
-from zerolayer.gateway.usage import add_billing_routes
-from zerolayer.store.tiers import state_of
+from zerolayer.gateway.silence import SilenceMaps
 
 __all__ = ["create_app"]
 
@@ -92,8 +80,11 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app = FastAPI(
         title="zerolayer", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan
     )
+    # what the routes' dependencies read (gateway.deps)
+    app.state.parts = parts
     app.state.flow = flow
-    app.state.parts = parts  # what the routes' dependencies read (gateway.deps)
+    app.state.catalog = catalog
+    app.state.silence = SilenceMaps(parts)
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -124,66 +115,25 @@ def create_app(parts: GatewayParts) -> FastAPI:
         body = openai_error_body(f"internal error ({type(exc).__name__})", "server_error")
         return JSONResponse(body, status_code=500)
 
-    max_bytes, timeout = cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
-
-    @app.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
-    async def chat_completions(request: Request, record: CurrentKey) -> Response:
-        return await flow(
-            await read_json(request, ChatCompletionRequest, max_bytes, timeout), record
-        )
-
-    @app.post("/v1/completions", openapi_extra=body_schema(CompletionRequest))
-    async def completions(request: Request, record: CurrentKey) -> Response:
-        body = await read_json(request, CompletionRequest, max_bytes, timeout)
-        return await flow(body, record)
-
-    @app.get("/v1/models")
-    async def models(record: Reader) -> dict[str, Any]:
-        states = await flow.states() or {}
-        ready = [t for t in catalog.served() if state_of(states, t).ready]
-        cards = await parts.backend.cards(ready)
-        if parts.live is not None:  # the live signals' verdicts go on each card
-            report = await parts.live.report([str(t) for t in cards])
-            cards = {t: {**c, "monitoring": report.get(str(t), {})} for t, c in cards.items()}
-        measured = await tier_stats(parts.metrics)
-        plan = None if record is None else record.plan  # the admin key: no plan, no prices
-        data = catalog.cards(int(time.time()), cards, states, plan, measured)
-        return {"object": "list", "data": data}
-
-    @app.get("/healthz")
-    async def healthz() -> JSONResponse:
-        report = await parts.health()
-        return JSONResponse(report, status_code=200 if report.get("status") == "ok" else 503)
-
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        waits = {str(t): flow.admission.wait_s(str(t)) for t in catalog.served()}
-        up = "# HELP zerolayer_redis_up 1 when this gateway reaches Redis\n"
-        up += "# TYPE zerolayer_redis_up gauge\nzerolayer_redis_up {}\n"
-        try:
-            text = await parts.metrics.render({"zerolayer_queue_wait_seconds": waits})
-            if parts.live is not None:
-                text += render_live(await parts.live.report([str(t) for t in catalog.served()]))
-        except (RedisError, OSError):
-            # the counters live in Redis: without it there are none, and that is the news
-            return PlainTextResponse(up.format(0), media_type="text/plain; version=0.0.4")
-        return PlainTextResponse(up.format(1) + text, media_type="text/plain; version=0.0.4")
-
-    app.include_router(chunks_router(parts, catalog, flow))
+    app.include_router(routes.completions.router)
+    app.include_router(routes.models.router)
+    app.include_router(routes.health.router)
+    app.include_router(routes.chunks.router)
     if parts.conversations is not None:
-        responder = Responder(flow, parts.conversations)
-        app.include_router(responses_router(responder, max_bytes, timeout))
-        app.include_router(conversations_router(parts.conversations, max_bytes, timeout))
+        app.state.responder = Responder(flow, parts.conversations)
+        app.include_router(routes.responses.router)
+        app.include_router(routes.conversations.router)
     if parts.ledger is not None:
-        billing = APIRouter()
-        add_billing_routes(billing, "/v1", current_tenant, parts.ledger)
-        app.include_router(billing)
-    app.include_router(account_router(parts))
-    app.include_router(console_router())
-    app.include_router(silence_router(parts))
-    app.include_router(admin_router(parts))
-    app.include_router(keys_router(parts))
-    app.include_router(operations_router(parts, flow, catalog))
+        app.include_router(routes.usage.router)
+    app.include_router(routes.account.router)
+    app.include_router(routes.console.router)
+    app.include_router(routes.silence.router)
+    app.include_router(routes.admin.router)
+    if parts.ledger is not None:
+        app.include_router(routes.usage.admin_router)
+        app.include_router(routes.admin.billing_router)
+    app.include_router(routes.keys.router)
+    app.include_router(routes.operations.router)
     install_schema(app, BODY_MODELS)
     idem = cfg.idempotency
     app.add_middleware(
@@ -191,7 +141,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
         client=parts.limiter.client,
         ttl_s=idem.ttl_s,
         max_bytes=idem.max_body_bytes,
-        max_body_bytes=max_bytes,
+        max_body_bytes=cfg.gateway.max_body_bytes,
         lease_s=cfg.gateway.concurrency_lease_s,
     )
     return app

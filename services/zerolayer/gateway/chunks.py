@@ -22,25 +22,20 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import Request
 
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
-from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.deps import CurrentKey
-from zerolayer.gateway.flow import Flow, status_of
-from zerolayer.gateway.http import ClosingStream, read_json
-from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.flow import status_of
 from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
-from zerolayer.protocol import Chunk, ChunkOptions, Failed
+from zerolayer.protocol import Chunk, ChunkOptions
 
-__all__ = ["chunks_router"]
+__all__ = ["chunk_object", "once", "query_options", "request_id", "streamed"]
 
 _FEED_CHARS = 4096  # ask the chunker again once this much new text is buffered
 
 
-def _chunk_object(index: int, input_index: int, base: int, c: Chunk) -> dict[str, Any]:
+def chunk_object(index: int, input_index: int, base: int, c: Chunk) -> dict[str, Any]:
     return {
         "object": "chunk",
         "index": index,
@@ -57,7 +52,7 @@ def _cut(options: dict[str, int], final: bool = True) -> ChunkOptions:
     return ChunkOptions(options.get("chunk_tokens"), options.get("overlap_tokens"), final)
 
 
-def _query_options(request: Request, default_chunk: int) -> tuple[str, dict[str, int]]:
+def query_options(request: Request, default_chunk: int) -> tuple[str, dict[str, int]]:
     """The model and chunk options of a text/plain body, from the query string; 400 before the
     response starts when they do not fit together."""
     q = request.query_params
@@ -83,63 +78,7 @@ def _query_options(request: Request, default_chunk: int) -> tuple[str, dict[str,
     return model, options
 
 
-def chunks_router(parts: GatewayParts, catalog: Catalog, flow: Flow) -> APIRouter:
-    """The /v1/chunks route."""
-    router = APIRouter()
-    cfg = parts.config
-
-    @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
-    async def chunks(request: Request, record: CurrentKey) -> Response:  # the key, then the body
-        if request.headers.get("content-type", "").startswith("text/plain"):
-            model_id, options = _query_options(request, cfg.chunker.chunk_tokens)
-            model = catalog.resolve(model_id, record.plan).model
-            call = await flow.free(record, request_id(), model, 0)
-            settle = _once(lambda tokens, status: flow.finish(call, tokens, 0, status))
-            return ClosingStream(
-                _streamed(parts, request, model, options, settle),
-                # gone before the body started: nothing was cut
-                on_close=lambda: settle(0, "client_disconnect"),
-                duplex=True,
-                media_type="application/x-ndjson",
-            )
-        body = await read_json(
-            request, ChunksRequest, cfg.gateway.max_body_bytes, cfg.gateway.body_timeout_s
-        )
-        model = catalog.resolve(body.model, record.plan).model
-        texts = body.texts()
-        most = sum(len(t.encode("utf-8")) for t in texts)  # a token is at least one byte
-        call = await flow.free(record, request_id(), model, most)
-        total, status = 0, "client_disconnect"
-        try:
-            cut = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
-            got = await parts.backend.chunk_all(model, texts, cut)
-            if isinstance(got, Failed):
-                got.raise_()
-            data: list[dict[str, Any]] = []
-            for j, ev in enumerate(got):
-                for c in ev.chunks:
-                    data.append(_chunk_object(len(data), j, 0, c))
-            total = sum(c["tokens"] for c in data)
-            status = "ok"
-        except BaseException as exc:
-            status = status_of(exc)
-            raise
-        finally:
-            flow.finish(call, total, 0, status)
-        return JSONResponse(
-            {
-                "object": "list",
-                "model": model,
-                "data": data,
-                "usage": {"prompt_tokens": total, "total_tokens": total},
-            },
-            headers=flow.headers(call),
-        )
-
-    return router
-
-
-def _once(step: Callable[[int, str], None]) -> Callable[[int, str], None]:
+def once(step: Callable[[int, str], None]) -> Callable[[int, str], None]:
     """step, run on the first call only."""
     done = False
 
@@ -157,7 +96,7 @@ def request_id() -> str:
     return "chunks-" + uuid.uuid4().hex
 
 
-async def _streamed(
+async def streamed(
     parts: GatewayParts,
     request: Request,
     model: str,
@@ -174,7 +113,7 @@ async def _streamed(
         nonlocal index, total
         out = []
         for c in chunks:
-            out.append(json.dumps(_chunk_object(index, 0, base, c)).encode() + b"\n")
+            out.append(json.dumps(chunk_object(index, 0, base, c)).encode() + b"\n")
             index += 1
             total += c.tokens
         if index > limit:

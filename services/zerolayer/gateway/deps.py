@@ -1,26 +1,45 @@
-"""How a route says who may call it: FastAPI dependencies for the current API key's record, its
-tenant, the admin key (the key store it unlocks), and either kind of key for the catalogue's
-readers. A route declares one as a parameter (`record: CurrentKey`) and never authorises by
-hand. They read the replica's parts from `app.state.parts`, which create_app sets."""
+"""What a route is given: FastAPI dependencies for who may call it (the current API key's record,
+its tenant, the admin key and the key store it unlocks, either kind of key for the catalogue's
+readers) and for the replica's parts it works with (the request path, the catalogue, the
+stores), and its body read within the gateway's limits. A route declares them as parameters
+(`record: CurrentKey`, `flow: FlowDep`) and never authorises by hand. They read the replica's
+parts from `app.state`, which create_app sets."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
+from pydantic import BaseModel
 
-from zerolayer.errors import AuthenticationFailed, PermissionDenied
-from zerolayer.gateway.http import authorise, authorise_reader, is_admin
+from zerolayer.billing.ledger import Ledger
+from zerolayer.conversations import ConversationStore
+from zerolayer.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
+from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.flow import Flow
+from zerolayer.gateway.http import authorise, authorise_reader, is_admin, read_json
 from zerolayer.gateway.parts import GatewayParts
+from zerolayer.gateway.responses import Responder
+from zerolayer.gateway.silence import SilenceMaps
 from zerolayer.store.keys import ApiKeyRecord, KeyStore
+
+M = TypeVar("M", bound=BaseModel)
 
 __all__ = [
     "AdminKeys",
+    "CatalogDep",
+    "ConversationsDep",
     "CurrentKey",
+    "FlowDep",
+    "LedgerDep",
+    "Parts",
     "Reader",
+    "ResponderDep",
+    "SilenceDep",
     "Tenant",
     "admin_guard",
     "admin_keys",
+    "body_of",
     "current_key",
     "current_tenant",
     "parts_of",
@@ -75,3 +94,60 @@ CurrentKey = Annotated[ApiKeyRecord, Depends(current_key)]
 Tenant = Annotated[str, Depends(current_tenant)]
 AdminKeys = Annotated[KeyStore, Depends(admin_keys)]
 Reader = Annotated[ApiKeyRecord | None, Depends(reader)]
+
+
+async def body_of(request: Request, model: type[M]) -> M:
+    """The request's JSON body as `model`, within the gateway's size and time limits (413,
+    408, 400 otherwise)."""
+    g = parts_of(request).config.gateway
+    body: M = await read_json(request, model, g.max_body_bytes, g.body_timeout_s)
+    return body
+
+
+def flow_of(request: Request) -> Flow:
+    """The replica's request path (limits, admission, dispatch, settlement)."""
+    flow: Flow = request.app.state.flow
+    return flow
+
+
+def catalog_of(request: Request) -> Catalog:
+    """The replica's catalogue of models and tiers."""
+    catalog: Catalog = request.app.state.catalog
+    return catalog
+
+
+def responder_of(request: Request) -> Responder:
+    """The replica's Responses API runner (only where conversations are kept)."""
+    responder: Responder = request.app.state.responder
+    return responder
+
+
+def silence_of(request: Request) -> SilenceMaps:
+    """The replica's silence maps."""
+    maps: SilenceMaps = request.app.state.silence
+    return maps
+
+
+def conversations_of(request: Request) -> ConversationStore:
+    """The conversation store (its routes are mounted only where one is configured)."""
+    store = parts_of(request).conversations
+    if store is None:
+        raise InvalidRequest("this gateway keeps no conversations")
+    return store
+
+
+def ledger_of(request: Request) -> Ledger:
+    """The billing ledger (its routes are mounted only where one is configured)."""
+    ledger = parts_of(request).ledger
+    if ledger is None:
+        raise InvalidRequest("this gateway keeps no ledger")
+    return ledger
+
+
+Parts = Annotated[GatewayParts, Depends(parts_of)]
+FlowDep = Annotated[Flow, Depends(flow_of)]
+CatalogDep = Annotated[Catalog, Depends(catalog_of)]
+ResponderDep = Annotated[Responder, Depends(responder_of)]
+SilenceDep = Annotated[SilenceMaps, Depends(silence_of)]
+ConversationsDep = Annotated[ConversationStore, Depends(conversations_of)]
+LedgerDep = Annotated[Ledger, Depends(ledger_of)]

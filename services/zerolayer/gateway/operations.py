@@ -6,21 +6,11 @@ it."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from fastapi import APIRouter, Depends
+__all__ = ["QUIET", "alerts_of"]
 
-from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.deps import admin_keys
-from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.metrics import finished_by_tier, tier_stats
-from zerolayer.gateway.parts import GatewayParts
-from zerolayer.store.tiers import state_of
-
-__all__ = ["alerts_of", "operations_router"]
-
-_QUIET = ("ok", "client_disconnect")  # endings that are not the platform's failures
+QUIET = ("ok", "client_disconnect")  # endings that are not the platform's failures
 
 
 def alerts_of(tier: str, signals: dict[str, Any], drift_limit: float) -> list[dict[str, Any]]:
@@ -63,46 +53,3 @@ def alerts_of(tier: str, signals: dict[str, Any], drift_limit: float) -> list[di
             }
         )
     return out
-
-
-def operations_router(parts: GatewayParts, flow: Flow, catalog: Catalog) -> APIRouter:
-    """The route of GET /admin/operations."""
-    router = APIRouter(dependencies=[Depends(admin_keys)])  # the admin key
-
-    @router.get("/admin/operations")
-    async def operations() -> dict[str, Any]:
-        served = [str(t) for t in catalog.served()]
-        states = await flow.states() or {}
-        stats = await tier_stats(parts.metrics)
-        ended = await finished_by_tier(parts.metrics)
-        live = await parts.live.report(served) if parts.live is not None else {}
-        drift_limit = parts.config.monitoring.drift_limit_points
-        tiers, alerts = [], []
-        for t in catalog.served():
-            name = str(t)
-            s = stats.get(name, {})
-            by_end = ended.get(name, {})
-            done = sum(by_end.values())
-            failed = sum(n for status, n in by_end.items() if status not in _QUIET)
-            tier_alerts = alerts_of(name, live.get(name, {}), drift_limit)
-            alerts += tier_alerts
-            tiers.append(
-                {
-                    "tier": name,
-                    "state": state_of(states, t).status,
-                    "requests": int(s.get("requests") or 0),
-                    "shed": int(s.get("shed") or 0),
-                    "finished": dict(sorted(by_end.items())),
-                    "error_rate": failed / done if done else None,
-                    "ttft_s": s.get("ttft_s"),
-                    "tpot_s": s.get("tpot_s"),
-                    "tokens_per_s": s.get("tokens_per_s"),
-                    "queue_wait_s": flow.admission.wait_s(name),
-                    "prompt_tokens": int(s.get("prompt_tokens") or 0),
-                    "completion_tokens": int(s.get("completion_tokens") or 0),
-                    "alerts": len(tier_alerts),
-                }
-            )
-        return {"object": "operations", "at": int(time.time()), "tiers": tiers, "alerts": alerts}
-
-    return router

@@ -17,9 +17,8 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
@@ -30,7 +29,6 @@ from zerolayer.conversations import (
     input_items,
     messages_of,
     new_id,
-    page,
 )
 from zerolayer.errors import (
     APIError,
@@ -40,18 +38,16 @@ from zerolayer.errors import (
     InvalidRequest,
     ObjectNotFound,
 )
-from zerolayer.gateway.deps import CurrentKey
 from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget, status_of
-from zerolayer.gateway.http import ClosingStream, Cursor, cursor, found, read_json
+from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.limits import retried
-from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import prompt_ids
 from zerolayer.gateway.response_bodies import CreateResponseRequest
 from zerolayer.gateway.response_objects import ResponseShape, outcome, response_usage
 from zerolayer.protocol import Delta, End, Failed, PromptInput, SamplingSpec
 from zerolayer.store.keys import ApiKeyRecord
 
-__all__ = ["Responder", "responses_router"]
+__all__ = ["Responder"]
 
 log = logging.getLogger(__name__)
 
@@ -381,36 +377,3 @@ class Responder:
             await self._keep(turn, obj, item, finished=False)
         except (RedisError, APIError) as exc:
             log.warning("response %s not kept: %s", turn.rid, type(exc).__name__)
-
-
-def responses_router(
-    responder: Responder,
-    max_bytes: int,
-    timeout_s: float,
-) -> APIRouter:
-    """Routes of the Responses API."""
-    router = APIRouter(prefix="/v1/responses")
-    store = responder.store
-
-    @router.post("", openapi_extra=body_schema(CreateResponseRequest))
-    async def create(request: Request, record: CurrentKey) -> Response:
-        body = await read_json(request, CreateResponseRequest, max_bytes, timeout_s)
-        return await responder.create(body, record)
-
-    @router.get("/{response_id}")
-    async def retrieve(record: CurrentKey, response_id: str) -> dict[str, Any]:
-        return (await found(store.response(record.owner, response_id))).obj
-
-    @router.delete("/{response_id}")
-    async def delete(record: CurrentKey, response_id: str) -> dict[str, Any]:
-        await found(store.delete_response(record.owner, response_id))
-        return {"id": response_id, "object": "response", "deleted": True}
-
-    @router.get("/{response_id}/input_items")
-    async def input_items_of(
-        record: CurrentKey, response_id: str, at: Annotated[Cursor, Depends(cursor)]
-    ) -> dict[str, Any]:
-        stored = await found(store.response(record.owner, response_id))
-        return page(stored.input, at.limit, at.order, at.after).body()
-
-    return router

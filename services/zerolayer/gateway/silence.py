@@ -11,22 +11,19 @@ once per change of its file."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
-from fastapi import APIRouter, Depends, Request
+from fastapi import Request
 
 from zerolayer.artifacts.silence_map import SilenceMap
 from zerolayer.errors import APIError, InvalidRequest, ModelNotFound
-from zerolayer.gateway.deps import reader
 from zerolayer.gateway.http import query_value
 from zerolayer.gateway.parts import GatewayParts
 
-__all__ = ["SilenceMaps", "silence_router"]
+__all__ = ["SilenceMaps", "share_param"]
 
 _FILE = "silence_map.safetensors"
 
@@ -39,7 +36,7 @@ class SilenceMapNotFound(APIError):
     code = "silence_map_not_found"
 
 
-def _share(request: Request, name: str, default: float) -> float:
+def share_param(request: Request, name: str, default: float) -> float:
     return query_value(
         request, name, default, float, lambda v: 0 < v < 1, "a number between 0 and 1"
     )
@@ -133,27 +130,3 @@ class SilenceMaps:
             # mean |a| of the channel on each calibration sample, in the map's sample order
             "samples": [round(float(v), 7) for v in st.sample_mean_abs[layer, :, channel]],
         }
-
-
-def silence_router(parts: GatewayParts) -> APIRouter:
-    """The silence map routes."""
-    # an API key or the admin key, before anything else
-    router = APIRouter(prefix="/v1/models/{model}/silence_map", dependencies=[Depends(reader)])
-    maps = SilenceMaps(parts)
-
-    @router.get("")
-    async def overview(request: Request, model: str) -> dict[str, Any]:
-        q = _share(request, "quantile", math.nan)
-        share = _share(request, "silent_share", 0.5)
-        return await asyncio.to_thread(maps.overview, model, None if math.isnan(q) else q, share)
-
-    @router.get("/{kind}/{layer}/{channel}")
-    async def channel(
-        request: Request, model: str, kind: str, layer: int, channel: int
-    ) -> dict[str, Any]:
-        q = _share(request, "quantile", math.nan)
-        return await asyncio.to_thread(
-            maps.channel, model, kind, layer, channel, None if math.isnan(q) else q
-        )
-
-    return router

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter
-from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, Response
 
 from zerolayer.errors import ObjectNotFound
 
-__all__ = ["ASSETS", "console_router"]
+__all__ = ["ASSETS", "HEADERS", "console_file"]
 
 ASSETS = Path(__file__).parent
 _TYPES = {
@@ -35,27 +34,9 @@ HEADERS = {
 }
 
 
-def _file(name: str) -> Response:
+def console_file(name: str) -> Response:
+    """One of the console's files, served with its headers; 404 for any other name."""
     path = ASSETS / name
     if path.suffix not in _TYPES or path.parent != ASSETS or not path.is_file():
         raise ObjectNotFound(f"the console has no file {name!r}")
     return FileResponse(path, media_type=_TYPES[path.suffix], headers=HEADERS)
-
-
-def console_router() -> APIRouter:
-    """GET /console (the page) and /console/<file> (its script, style, icon)."""
-    router = APIRouter(include_in_schema=False)
-
-    @router.get("/console")
-    async def page() -> Response:
-        return _file("index.html")
-
-    @router.get("/console/")
-    async def slash() -> Response:
-        return RedirectResponse("/console", status_code=308)
-
-    @router.get("/console/{name}")
-    async def asset(name: str) -> Response:
-        return _file(name)
-
-    return router

@@ -11,11 +11,10 @@ from fastapi import APIRouter
 
 from zerolayer.config import PlanConfig, usd_text
 from zerolayer.errors import PermissionDenied
-from zerolayer.gateway.deps import CurrentKey
+from zerolayer.gateway.deps import CurrentKey, Parts
 from zerolayer.gateway.limits import month_of
-from zerolayer.gateway.parts import GatewayParts
 
-__all__ = ["account_router", "plan_view"]
+__all__ = ["plan_view", "router"]
 
 
 def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
@@ -38,27 +37,25 @@ def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
     }
 
 
-def account_router(parts: GatewayParts) -> APIRouter:
-    """The route of GET /v1/account."""
-    router = APIRouter()
+router = APIRouter()
 
-    @router.get("/v1/account")
-    async def account(record: CurrentKey) -> dict[str, Any]:
-        plan = parts.config.plans.get(record.plan)
-        if plan is None:
-            raise PermissionDenied(f"this key's plan {record.plan!r} no longer exists")
-        month, _ = month_of(parts.limiter.now())
-        spent = await parts.limiter.spent(record.key_id, month)
-        budget = plan.limits.budget_nanos
-        return {
-            "object": "account",
-            "key": record.public(),
-            "plan": plan_view(record.plan, plan),
-            "month": month,
-            # what the key's requests of the month cost, those in flight at their worst case
-            "spent_usd": usd_text(spent),
-            "budget_usd": None if budget is None else usd_text(budget),
-            "remaining_usd": None if budget is None else usd_text(max(0, budget - spent)),
-        }
 
-    return router
+@router.get("/v1/account")
+async def account(record: CurrentKey, parts: Parts) -> dict[str, Any]:
+    """The key's record, plan, prices, limits and this month's spend."""
+    plan = parts.config.plans.get(record.plan)
+    if plan is None:
+        raise PermissionDenied(f"this key's plan {record.plan!r} no longer exists")
+    month, _ = month_of(parts.limiter.now())
+    spent = await parts.limiter.spent(record.key_id, month)
+    budget = plan.limits.budget_nanos
+    return {
+        "object": "account",
+        "key": record.public(),
+        "plan": plan_view(record.plan, plan),
+        "month": month,
+        # what the key's requests of the month cost, those in flight at their worst case
+        "spent_usd": usd_text(spent),
+        "budget_usd": None if budget is None else usd_text(budget),
+        "remaining_usd": None if budget is None else usd_text(max(0, budget - spent)),
+    }

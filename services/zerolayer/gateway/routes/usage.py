@@ -27,16 +27,17 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from zerolayer.billing.ledger import (
     EVENT_COLUMNS,
     REQUEST_COLUMNS,
-    Ledger,
     event_row,
     invoice_csv,
     parse_day,
     parse_month,
 )
 from zerolayer.errors import InvalidRequest
+from zerolayer.gateway.admin import key_call
+from zerolayer.gateway.deps import AdminKeys, LedgerDep, current_tenant
 from zerolayer.gateway.http import query_value
 
-__all__ = ["Who", "add_billing_routes"]
+__all__ = ["Who", "admin_router", "router"]
 
 # who: a dependency giving the tenant whose usage a request may read (raises when it may read
 # none): the caller's own tenant, or for the admin key the path's
@@ -83,24 +84,24 @@ LOG_DAYS = 90  # how far back the request log reads
 LOG_CSV_ROWS = 100_000  # the most rows one CSV export of it holds
 
 
-def add_billing_routes(
-    router: APIRouter,
-    base: str,
-    who: Who,
-    ledger: Ledger,
-    clock: Callable[[], float] = time.time,
-) -> None:
-    """The usage and invoice routes under `base` ("/v1", "/admin/tenants/{tenant}")."""
+def _billing_routes(base: str, who: Who) -> APIRouter:
+    """The usage and invoice routes under `base`, for the tenant `who` gives."""
+    router = APIRouter()
+    clock = time.time
 
     @router.get(base + "/usage")
-    async def usage(request: Request, tenant: str = Depends(who)) -> dict[str, Any]:
+    async def usage(
+        request: Request, *, tenant: str = Depends(who), ledger: LedgerDep
+    ) -> dict[str, Any]:
         first, last = _range(request, clock())
         groups = [g for g in request.query_params.get("group_by", "day").split(",") if g]
         key_id = request.query_params.get("key_id") or None
         return await ledger.usage(tenant, first, last, groups, key_id)
 
     @router.get(base + "/requests")
-    async def requests_log(request: Request, tenant: str = Depends(who)) -> Response:
+    async def requests_log(
+        request: Request, *, tenant: str = Depends(who), ledger: LedgerDep
+    ) -> Response:
         fmt = _format(request, ("json", "csv"))
         days = _bounded(request, "days", 7, 1, LOG_DAYS)
         key_id = request.query_params.get("key_id") or None
@@ -136,11 +137,13 @@ def add_billing_routes(
         )
 
     @router.get(base + "/invoices")
-    async def invoices(tenant: str = Depends(who)) -> dict[str, Any]:
+    async def invoices(*, tenant: str = Depends(who), ledger: LedgerDep) -> dict[str, Any]:
         return {"object": "list", "data": await ledger.invoices(tenant)}
 
     @router.get(base + "/invoices/{month}")
-    async def invoice(request: Request, month: str, tenant: str = Depends(who)) -> Response:
+    async def invoice(
+        request: Request, month: str, *, tenant: str = Depends(who), ledger: LedgerDep
+    ) -> Response:
         fmt = _format(request, ("json", "csv"))
         inv = await ledger.invoice(tenant, parse_month(month), clock())
         if fmt == "csv":
@@ -152,7 +155,9 @@ def add_billing_routes(
         return Response(json.dumps(inv), media_type="application/json")
 
     @router.get(base + "/invoices/{month}/events")
-    async def events(request: Request, month: str, tenant: str = Depends(who)) -> Response:
+    async def events(
+        request: Request, month: str, *, tenant: str = Depends(who), ledger: LedgerDep
+    ) -> Response:
         fmt = _format(request, ("jsonl", "csv"))
         await ledger.invoice(tenant, parse_month(month), clock())  # 404 for a month without one
         lines = ledger.events(tenant, month)
@@ -167,3 +172,16 @@ def add_billing_routes(
             media_type="application/x-ndjson",
             headers={"content-disposition": f'attachment; filename="usage-{month}.jsonl"'},
         )
+
+    return router
+
+
+async def _admin_tenant(store: AdminKeys, tenant: str) -> str:
+    """The path's tenant, for the admin key (404 for a tenant without keys)."""
+    await key_call(store.tenant_keys, tenant)
+    return tenant
+
+
+# the caller's own tenant under /v1; any tenant under /admin/tenants/{tenant}, for the admin key
+router = _billing_routes("/v1", current_tenant)
+admin_router = _billing_routes("/admin/tenants/{tenant}", _admin_tenant)

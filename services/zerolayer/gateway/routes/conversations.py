@@ -1,0 +1,100 @@
+"""The Conversations API under /v1/conversations: create (with up to 20 first items), retrieve,
+update metadata, delete; and a conversation's items: add (up to 20), list by cursor, retrieve,
+delete. Every object belongs to the key's tenant; any other tenant's key gets 404."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from zerolayer.conversations import input_items, new_id
+from zerolayer.gateway.deps import ConversationsDep, Tenant, body_of
+from zerolayer.gateway.http import Cursor, cursor, found
+from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.response_bodies import (
+    AddItemsRequest,
+    CreateConversationRequest,
+    UpdateConversationRequest,
+)
+
+__all__ = ["router"]
+
+
+router = APIRouter(prefix="/v1/conversations")
+
+
+@router.post("", openapi_extra=body_schema(CreateConversationRequest))
+async def create(request: Request, owner: Tenant, store: ConversationsDep) -> dict[str, Any]:
+    """Create a conversation, with up to 20 first items."""
+    body = await body_of(request, CreateConversationRequest)
+    items = input_items(body.items or [], "items")
+    return await store.create_conversation(owner, new_id("conv"), body.metadata or {}, items)
+
+
+@router.get("/{conversation_id}")
+async def retrieve(owner: Tenant, store: ConversationsDep, conversation_id: str) -> dict[str, Any]:
+    """A conversation of the tenant."""
+    return await found(store.conversation(owner, conversation_id))
+
+
+@router.post("/{conversation_id}", openapi_extra=body_schema(UpdateConversationRequest))
+async def update(
+    request: Request, owner: Tenant, store: ConversationsDep, conversation_id: str
+) -> dict[str, Any]:
+    """Replace a conversation's metadata."""
+    body = await body_of(request, UpdateConversationRequest)
+    return await found(store.update_conversation(owner, conversation_id, body.metadata or {}))
+
+
+@router.delete("/{conversation_id}")
+async def delete(owner: Tenant, store: ConversationsDep, conversation_id: str) -> dict[str, Any]:
+    """Delete a conversation and its items."""
+    await found(store.delete_conversation(owner, conversation_id))
+    return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+
+@router.post("/{conversation_id}/items", openapi_extra=body_schema(AddItemsRequest))
+async def add_items(
+    request: Request, owner: Tenant, store: ConversationsDep, conversation_id: str
+) -> dict[str, Any]:
+    """Add up to 20 items to a conversation."""
+    body = await body_of(request, AddItemsRequest)
+    items = input_items(body.items, "items")
+    await found(store.add_items(owner, conversation_id, items))
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"],
+        "last_id": items[-1]["id"],
+        "has_more": False,
+    }
+
+
+@router.get("/{conversation_id}/items")
+async def list_items(
+    owner: Tenant,
+    store: ConversationsDep,
+    conversation_id: str,
+    at: Annotated[Cursor, Depends(cursor)],
+) -> dict[str, Any]:
+    """A page of a conversation's items, by cursor."""
+    got = await found(store.item_page(owner, conversation_id, at.limit, at.order, at.after))
+    return got.body()
+
+
+@router.get("/{conversation_id}/items/{item_id}")
+async def retrieve_item(
+    owner: Tenant, store: ConversationsDep, conversation_id: str, item_id: str
+) -> Any:
+    """One item of a conversation."""
+    return await found(store.item(owner, conversation_id, item_id))
+
+
+@router.delete("/{conversation_id}/items/{item_id}")
+async def delete_item(
+    owner: Tenant, store: ConversationsDep, conversation_id: str, item_id: str
+) -> Any:
+    """Delete one item; the conversation after it."""
+    await found(store.delete_item(owner, conversation_id, item_id))
+    return await found(store.conversation(owner, conversation_id))

@@ -1,0 +1,40 @@
+"""The probes' routes, open to anyone on the gateway's port: GET /healthz (Redis and the
+replica) and GET /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+from redis.exceptions import RedisError
+
+from zerolayer.gateway.deps import CatalogDep, FlowDep, Parts
+from zerolayer.gateway.live import render_live
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+_PROMETHEUS = "text/plain; version=0.0.4"
+
+
+@router.get("/healthz")
+async def healthz(parts: Parts) -> JSONResponse:
+    """200 when this replica reaches what it needs, else 503 with what failed."""
+    report = await parts.health()
+    return JSONResponse(report, status_code=200 if report.get("status") == "ok" else 503)
+
+
+@router.get("/metrics")
+async def metrics(parts: Parts, flow: FlowDep, catalog: CatalogDep) -> PlainTextResponse:
+    """Every counter and histogram, this replica's queue waits, and the live signals."""
+    waits = {str(t): flow.admission.wait_s(str(t)) for t in catalog.served()}
+    up = "# HELP zerolayer_redis_up 1 when this gateway reaches Redis\n"
+    up += "# TYPE zerolayer_redis_up gauge\nzerolayer_redis_up {}\n"
+    try:
+        text = await parts.metrics.render({"zerolayer_queue_wait_seconds": waits})
+        if parts.live is not None:
+            text += render_live(await parts.live.report([str(t) for t in catalog.served()]))
+    except (RedisError, OSError):
+        # the counters live in Redis: without it there are none, and that is the news
+        return PlainTextResponse(up.format(0), media_type=_PROMETHEUS)
+    return PlainTextResponse(up.format(1) + text, media_type=_PROMETHEUS)

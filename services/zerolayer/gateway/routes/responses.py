@@ -1,0 +1,52 @@
+"""The Responses API under /v1/responses: create (whole or streamed, continued by
+previous_response_id or on a conversation), retrieve, delete, and a response's input items. The
+work is zerolayer.gateway.responses' Responder, over the same request path as a chat
+completion."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from zerolayer.conversations import page
+from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ResponderDep, body_of
+from zerolayer.gateway.http import Cursor, cursor, found
+from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.response_bodies import CreateResponseRequest
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/responses")
+
+
+@router.post("", openapi_extra=body_schema(CreateResponseRequest))
+async def create(request: Request, record: CurrentKey, responder: ResponderDep) -> Response:
+    """Generate a response, and store it before its id reaches the client."""
+    return await responder.create(await body_of(request, CreateResponseRequest), record)
+
+
+@router.get("/{response_id}")
+async def retrieve(record: CurrentKey, response_id: str, store: ConversationsDep) -> dict[str, Any]:
+    """A stored response of the tenant."""
+    return (await found(store.response(record.owner, response_id))).obj
+
+
+@router.delete("/{response_id}")
+async def delete(record: CurrentKey, response_id: str, store: ConversationsDep) -> dict[str, Any]:
+    """Delete a stored response."""
+    await found(store.delete_response(record.owner, response_id))
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.get("/{response_id}/input_items")
+async def input_items_of(
+    record: CurrentKey,
+    response_id: str,
+    at: Annotated[Cursor, Depends(cursor)],
+    store: ConversationsDep,
+) -> dict[str, Any]:
+    """A page of a response's input items, by cursor."""
+    stored = await found(store.response(record.owner, response_id))
+    return page(stored.input, at.limit, at.order, at.after).body()
