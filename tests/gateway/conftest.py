@@ -96,7 +96,7 @@ class Gateway:
 
     def settled(self) -> None:
         """Wait until the background settlements of finished requests are written."""
-        self.client.portal.call(self.app.state.flow.drain)
+        self.client.portal.call(self.app.state.meter.drain)
 
     def billed(self) -> None:
         """Settle, then count every usage event written so far into the ledger."""

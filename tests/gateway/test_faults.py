@@ -314,14 +314,14 @@ def test_draining_refuses_new_requests_and_waits_for_those_in_flight(
 ) -> None:
     slow = FakeEngine(SCRIPT, delay_s=0.2)  # about 1.4 s
     gw = make_gateway(engine=slow)
-    flow = gw.app.state.flow
+    meter = gw.app.state.meter
     with ThreadPoolExecutor(2) as pool:
         running = pool.submit(
             gw.client.post, "/v1/chat/completions", headers=gw.auth, json={**CHAT, "stream": True}
         )
         wait_for(lambda: slow.requests == 1, 10, "the request to reach the engine")
-        left = pool.submit(gw.client.portal.call, flow.quiesce, 30.0)
-        wait_for(lambda: flow.draining, 10, "draining to start")
+        left = pool.submit(gw.client.portal.call, meter.quiesce, 30.0)
+        wait_for(lambda: meter.draining, 10, "draining to start")
         refused = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)
         err = assert_openai_error(refused, 503, "server_error")
         assert err["code"] == "shutting_down" and int(refused.headers["retry-after"]) >= 1

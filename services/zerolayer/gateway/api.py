@@ -22,6 +22,7 @@ from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.flow import Flow
 from zerolayer.gateway.http import error_response, validation_message
 from zerolayer.gateway.idempotency import Idempotency
+from zerolayer.gateway.meter import Meter
 from zerolayer.gateway.openapi import install_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.response_bodies import (
@@ -62,26 +63,26 @@ def create_app(parts: GatewayParts) -> FastAPI:
     """The gateway's FastAPI app."""
     cfg = parts.config
     catalog = Catalog(cfg)
-    flow = Flow(
-        parts.backend, cfg, catalog, parts.limiter, parts.metrics, parts.tiers, parts.traffic
-    )
+    meter = Meter(parts.limiter, parts.metrics, cfg)
+    flow = Flow(parts.backend, cfg, catalog, meter, parts.tiers, parts.traffic)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        flow.start()  # lease renewal and the sweep run from the start, not from a first request
+        meter.start()  # lease renewal and the sweep run from the start, not from a first request
         if parts.canary is not None:
             parts.canary.start()
         yield
         if parts.canary is not None:
             await parts.canary.close()
         # shutdown: settle what is pending (bounded) before the replica goes
-        await flow.close(cfg.gateway.drain_s)
+        await meter.close(cfg.gateway.drain_s)
 
     app = FastAPI(
         title="zerolayer", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan
     )
     # what the routes' dependencies read (gateway.deps)
     app.state.parts = parts
+    app.state.meter = meter
     app.state.flow = flow
     app.state.catalog = catalog
     app.state.silence = SilenceMaps(parts)

@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import Request
 
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
-from zerolayer.gateway.flow import status_of
+from zerolayer.gateway.meter import status_of
 from zerolayer.gateway.parts import GatewayParts, chunked
 from zerolayer.gateway.schemas import ChunksRequest
 from zerolayer.protocol import Chunk, ChunkOptions

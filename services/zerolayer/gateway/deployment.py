@@ -213,7 +213,7 @@ class GatewayDeployment:
     async def drain(self, timeout_s: float) -> int:
         """Before the platform stops: refuse new requests and wait (bounded) for those in flight
         to end and settle; returns how many were left."""
-        return int(await self.fastapi.state.flow.quiesce(timeout_s))
+        return int(await self.fastapi.state.meter.quiesce(timeout_s))
 
 
 def gateway_deployment(cfg: PlatformConfig) -> Any:

@@ -18,6 +18,7 @@ from zerolayer.errors import AuthenticationFailed, InvalidRequest, PermissionDen
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.flow import Flow
 from zerolayer.gateway.http import authorise, authorise_reader, is_admin, read_json
+from zerolayer.gateway.meter import Meter
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.responses import Responder
 from zerolayer.gateway.silence import SilenceMaps
@@ -32,6 +33,7 @@ __all__ = [
     "CurrentKey",
     "FlowDep",
     "LedgerDep",
+    "MeterDep",
     "Parts",
     "Reader",
     "ResponderDep",
@@ -110,6 +112,12 @@ def flow_of(request: Request) -> Flow:
     return flow
 
 
+def meter_of(request: Request) -> Meter:
+    """The replica's meter (limits, leases, settlement, usage events)."""
+    meter: Meter = request.app.state.meter
+    return meter
+
+
 def catalog_of(request: Request) -> Catalog:
     """The replica's catalogue of models and tiers."""
     catalog: Catalog = request.app.state.catalog
@@ -146,6 +154,7 @@ def ledger_of(request: Request) -> Ledger:
 
 Parts = Annotated[GatewayParts, Depends(parts_of)]
 FlowDep = Annotated[Flow, Depends(flow_of)]
+MeterDep = Annotated[Meter, Depends(meter_of)]
 CatalogDep = Annotated[Catalog, Depends(catalog_of)]
 ResponderDep = Annotated[Responder, Depends(responder_of)]
 SilenceDep = Annotated[SilenceMaps, Depends(silence_of)]

@@ -4,19 +4,16 @@ admission control, per-key limits, the tier replica, and settlement of what was 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
-from zerolayer.billing.events import UsageEvent, day_of
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import (
     APIError,
@@ -30,18 +27,17 @@ from zerolayer.errors import (
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.http import ClosingStream
-from zerolayer.gateway.limits import Limiter, Reservation, rate_headers, retried
-from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.meter import Call, Meter, status_of
 from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from zerolayer.gateway.sse import Shape, sse_stream, usage
+from zerolayer.gateway.sse import Shape, sse_stream
 from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
 from zerolayer.protocol import End, Failed, PromptInput, ReplicaEvent, SamplingSpec, Start, Target
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
-__all__ = ["Call", "Flow", "Opened", "completion_budget", "status_of"]
+__all__ = ["Flow", "Opened", "completion_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -62,31 +58,17 @@ def completion_budget(
     return asked if asked is not None else min(default_max_tokens, room)
 
 
-def status_of(exc: BaseException) -> str:
-    """The usage event status of a request that ended with this exception."""
-    if isinstance(exc, RateLimited):
-        return "rate_limited"
-    if isinstance(exc, Overloaded | ShuttingDown):
-        return "shed"
-    if isinstance(exc, asyncio.CancelledError):
-        return "client_disconnect"
-    if isinstance(exc, APIError) and exc.status_code < 500:
-        return "invalid"
-    return "engine_error"
-
-
 class Flow:
-    """Runs completion requests; one per gateway replica. Also keeps the leases of its requests
-    in flight alive, sweeps those of dead gateways, and settles every request with its usage
-    event, retrying until Redis answers."""
+    """Runs completion requests; one per gateway replica: the tier (model id and plan), admission
+    control, tokens and the completion budget, dispatch to the tier; its Meter counts each
+    request against the key's limits and settles it with its usage event."""
 
     def __init__(
         self,
         backend: Backend,
         config: PlatformConfig,
         catalog: Catalog,
-        limiter: Limiter,
-        metrics: Metrics,
+        meter: Meter,
         tiers: AsyncTierBoard | None = None,
         traffic: AsyncTrafficStore | None = None,
     ):
@@ -95,8 +77,7 @@ class Flow:
         self.tiers = tiers
         self.config = config
         self.catalog = catalog
-        self.limiter = limiter
-        self.metrics = metrics
+        self.meter = meter
         g = config.gateway
         self.admission = Admission(
             g.queue_wait_threshold_ms,
@@ -104,90 +85,6 @@ class Flow:
             [p.priority for p in config.plans.values()],
             min_samples=g.queue_wait_min_samples,
         )
-        self.inflight: dict[str, Reservation] = {}  # request id -> its place in the limits
-        self._background: set[asyncio.Task[Any]] = set()
-        self._stop = asyncio.Event()
-        self._keeper: asyncio.Task[None] | None = None
-        self.draining = False  # shutting down: new requests are refused
-
-    @property
-    def stopping(self) -> asyncio.Event:
-        """Set when the gateway stops: background retries give up then."""
-        return self._stop
-
-    def later(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run a coroutine to its end even if the request that started it is cancelled."""
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background step failed", exc_info=task.exception())
-
-    async def drain(self, timeout_s: float | None = None) -> bool:
-        """Wait for pending settlements (tests, shutdown), at most timeout_s; True if none is
-        left."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        while self._background:
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return False
-            await asyncio.wait(list(self._background), timeout=left)
-        return True
-
-    async def quiesce(self, timeout_s: float) -> int:
-        """Shutdown, first step: refuse new requests (503 with Retry-After) and wait, at most
-        timeout_s, until the requests in flight have ended and settled; how many are left."""
-        self.draining = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.inflight and loop.time() < deadline:
-            await asyncio.sleep(0.1)
-        await self.drain(max(0.0, deadline - loop.time()))
-        return len(self.inflight)
-
-    async def close(self, timeout_s: float = 10.0) -> None:
-        """Shutdown: settle what is pending (bounded), then stop retrying and renewing. What is
-        left is returned by another gateway's sweep once its lease runs out."""
-        await self.drain(timeout_s)
-        self._stop.set()
-        if self._keeper is not None:
-            self._keeper.cancel()
-        await self.metrics.close()
-
-    def start(self) -> None:
-        """Start renewing leases and sweeping orphaned ones (needs a running event loop)."""
-        self._keep()
-
-    def _keep(self) -> None:
-        if self._keeper is None:
-            self._keeper = asyncio.ensure_future(self._keep_leases())
-
-    async def _keep_leases(self) -> None:
-        """Renew the leases of requests in flight every third of a lease; sweep orphaned ones
-        about once a lease (each gateway at its own random phase)."""
-        loop = asyncio.get_running_loop()
-        lease_s = self.limiter.lease_ms / 1000
-        next_sweep = loop.time() + random.uniform(0.1, 1.0) * lease_s
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), lease_s / 3)
-                return
-            except asyncio.TimeoutError:
-                pass
-            try:
-                await self.limiter.renew(list(self.inflight.values()))
-                if loop.time() >= next_sweep:
-                    if swept := await self.limiter.sweep():
-                        log.warning(
-                            "returned %d reservations of requests whose gateway died", swept
-                        )
-                    next_sweep = loop.time() + random.uniform(0.5, 1.0) * lease_s
-            except RedisError as exc:
-                log.warning("lease upkeep failed: %s", type(exc).__name__)
 
     async def states(self) -> dict[str, TierState] | None:
         """The tier board (None when this gateway serves every tier as ready)."""
@@ -203,123 +100,8 @@ class Flow:
         try:
             self.admission.check(str(target), self.config.plans[record.plan].priority)
         except Overloaded:
-            self.metrics.inc("shed", str(target), record.plan)
+            self.meter.metrics.inc("shed", str(target), record.plan)
             raise
-
-    async def request(self, record: ApiKeyRecord, rid: str) -> Reservation:
-        """The cheap limits (requests/min, concurrency), before any heavy work."""
-        if self.draining:
-            raise ShuttingDown("the platform is shutting down; retry shortly", 5.0)
-        self._keep()
-        try:
-            r = await self.limiter.request(
-                record.key_id, record.plan, self.config.plans[record.plan], rid
-            )
-        except RateLimited as exc:
-            self.metrics.inc("limited", exc.code or "", record.plan)
-            raise
-        except RedisError:
-            # the script may have run before the connection broke, its reply lost: its lease is
-            # given back once Redis answers again (a no-op if it never ran)
-            async def step() -> None:
-                await self.limiter.abandon(record.key_id, rid)
-
-            self.later(retried(step, f"abandoning {rid}", self._stop))
-            raise
-        self.inflight[rid] = r
-        return r
-
-    async def reserve(
-        self, record: ApiKeyRecord, r: Reservation, tokens: int, nanos: int, extra: int = 0
-    ) -> int:
-        """The limits that need the request's size: tokens/min and the monthly budget; the
-        minute's token count with this reservation (-1: the plan has no token limit)."""
-        try:
-            return await self.limiter.reserve(
-                r, record.plan, self.config.plans[record.plan], tokens, nanos, extra
-            )
-        except RateLimited as exc:
-            self.inflight.pop(r.request_id, None)  # the script gave the lease back
-            self.metrics.inc("limited", exc.code or "", record.plan)
-            raise
-
-    async def free(
-        self, record: ApiKeyRecord, rid: str, model: str, tokens: int, endpoint: str = "chunks"
-    ) -> Call:
-        """Both limit steps at once for a call that costs nothing but counts (chunking: its
-        tier is "chunker"); a refusal is recorded as a usage event."""
-        started = time.time()
-        target = Target(model, "chunker")
-        try:
-            r = await self.request(record, rid)
-            counted = await self.reserve(record, r, tokens, 0)
-        except RateLimited as exc:
-            self.refused(record, target, rid, endpoint, exc, started)
-            raise
-        return Call(
-            record,
-            target,
-            target,
-            r,
-            endpoint=endpoint,
-            started=started,
-            free=True,
-            tokens_counted=counted,
-        )
-
-    def headers(self, call: Call) -> dict[str, str]:
-        """The headers of an admitted request's answer: its id and the key's rate limits."""
-        limits = self.config.plans[call.record.plan].limits
-        rates = rate_headers(limits, call.reservation, call.tokens_counted, time.time())
-        return {"x-request-id": call.reservation.request_id, **rates}
-
-    def settle(
-        self,
-        r: Reservation,
-        tokens: int,
-        nanos: int,
-        extra: int = 0,
-        event: UsageEvent | None = None,
-    ) -> None:
-        """Correct a reservation to what was used, free its lease and add the request's usage
-        event: in the background (the request may be in the middle of being cancelled),
-        retried until Redis answers."""
-        self.later(self._settle(r, tokens, nanos, extra, event))
-
-    async def _settle(
-        self, r: Reservation, tokens: int, nanos: int, extra: int, event: UsageEvent | None
-    ) -> None:
-        step = functools.partial(self.limiter.settle, r, tokens, nanos, extra, event)
-        if await retried(step, f"settling {r.request_id}", self._stop):
-            self.inflight.pop(r.request_id, None)
-
-    def refused(
-        self,
-        record: ApiKeyRecord,
-        target: Target,
-        rid: str,
-        endpoint: str,
-        exc: BaseException,
-        started: float,
-    ) -> None:
-        """Record a request refused before it had a reservation (shed, rate limited): its
-        usage event, costing nothing, in the background."""
-        now = time.time()
-        ev = UsageEvent(
-            rid,
-            record.owner,
-            record.key_id,
-            record.plan,
-            target.model,
-            target.tier,
-            endpoint,
-            status_of(exc),
-            started,
-            now,
-            day_of(started),
-        )
-        step = functools.partial(self.limiter.events.write, ev)
-        self.later(retried(step, f"recording {rid}", self._stop))
 
     async def begin(self, record: ApiKeyRecord, model: str, rid: str, endpoint: str) -> Call:
         """A request's first steps: its tier (the model id and plan rules), admission control,
@@ -328,22 +110,22 @@ class Flow:
         target = self.catalog.resolve(model, record.plan, await self.states())
         try:
             self.shed(record, target)
-            reservation = await self.request(record, rid)
+            reservation = await self.meter.request(record, rid)
         except (Overloaded, ShuttingDown, RateLimited) as exc:
-            self.refused(record, target, rid, endpoint, exc, started)
+            self.meter.refused(record, target, rid, endpoint, exc, started)
             raise
         return Call(record, target, target, reservation, endpoint=endpoint, started=started)
 
     async def sized(self, call: Call, prompt_tokens: int, max_tokens: int) -> None:
         """The limits that need the request's size, then counted as a request of its tier."""
         price = self.config.plans[call.record.plan].prices[call.target.tier]
-        call.tokens_counted = await self.reserve(
+        call.tokens_counted = await self.meter.reserve(
             call.record,
             call.reservation,
             prompt_tokens + max_tokens,
             price.nanos(prompt_tokens, max_tokens),
         )
-        self.metrics.inc("requests", str(call.target), call.record.plan)
+        self.meter.metrics.inc("requests", str(call.target), call.record.plan)
 
     async def __call__(
         self, body: ChatCompletionRequest | CompletionRequest, record: ApiKeyRecord
@@ -356,7 +138,7 @@ class Flow:
             try:
                 return await self._run(body, call)
             except BaseException as exc:
-                self.finish(call, 0, 0, status_of(exc))  # a no-op once it was settled
+                self.meter.finish(call, 0, 0, status_of(exc))  # a no-op once it was settled
                 raise
         except APIError as exc:  # the app's handler answers it, with the request's id
             exc.request_id = rid
@@ -381,7 +163,7 @@ class Flow:
         except ContextLengthExceeded as overflow:
             if not (isinstance(body, ChatCompletionRequest) and body.long_prompt == "summarize"):
                 # the tokens were read: they count against the key's tokens per minute
-                await self.reserve(call.record, call.reservation, len(ids), 0)
+                await self.meter.reserve(call.record, call.reservation, len(ids), 0)
                 call.tokenized = len(ids)
                 raise
             call.job = await plan_summary(
@@ -398,7 +180,7 @@ class Flow:
                 lambda: self.shed(call.record, target),
             )
         if call.job is None:
-            call.tokens_counted = await self.reserve(
+            call.tokens_counted = await self.meter.reserve(
                 call.record,
                 call.reservation,
                 len(ids) + max_tokens,
@@ -413,7 +195,7 @@ class Flow:
                 reserve_prompt + max_len,
                 reserve_completion + (asked or default),
             )
-            call.tokens_counted = await self.reserve(
+            call.tokens_counted = await self.meter.reserve(
                 call.record,
                 call.reservation,
                 reserve_prompt + reserve_completion,
@@ -422,7 +204,7 @@ class Flow:
             )
             ids = await self._summarised(job, target.model, prompt)
             max_tokens = completion_budget(max_len, len(ids), asked, default)
-        self.metrics.inc("requests", str(target), call.record.plan)
+        self.meter.metrics.inc("requests", str(target), call.record.plan)
         self.sample(call, prompt)
         spec = SamplingSpec(
             request_id=rid,
@@ -435,7 +217,7 @@ class Flow:
         )
         shape = Shape(chat, rid, str(target))  # the tier that answered, as OpenAI names it
         call.dest = self.route(target, len(ids))
-        headers = self.headers(call)
+        headers = self.meter.headers(call)
         if not body.stream:
             return await self._complete(call, spec, shape, headers)
         return await self._stream(call, spec, shape, headers, body.include_usage())
@@ -460,7 +242,7 @@ class Flow:
             except RedisError as exc:
                 log.warning("a sampled prompt was not kept: %s", type(exc).__name__)
 
-        self.later(keep())
+        self.meter.later(keep())
 
     async def _summarised(self, job: SummaryJob, model: str, prompt: PromptInput) -> list[int]:
         """Run the map-reduce; the prompt ids with the summary in place."""
@@ -489,11 +271,11 @@ class Flow:
             # a whole reply that failed or was abandoned delivered nothing: it costs nothing
             if isinstance(res, End):
                 end = res
-                self.finish(
+                self.meter.finish(
                     call, end.prompt_tokens, end.completion_tokens, status, end.cached_tokens
                 )
             else:
-                self.finish(call, 0, 0, status)
+                self.meter.finish(call, 0, 0, status)
         if isinstance(res, Failed):
             res.raise_()
         self.ended(call, res)
@@ -542,13 +324,13 @@ class Flow:
             self.admission.forget(tier, waiting)
             if end is not None:
                 self.ended(call, end)
-                self.finish(call, prompt, completion, "ok", end.cached_tokens)
+                self.meter.finish(call, prompt, completion, "ok", end.cached_tokens)
             else:
                 status = "engine_error" if failed else "client_disconnect"
-                self.finish(call, prompt, completion, status)
+                self.meter.finish(call, prompt, completion, status)
 
         def on_close() -> None:  # the response closed before its stream started
-            self.finish(call, 0, 0, "client_disconnect")
+            self.meter.finish(call, 0, 0, "client_disconnect")
 
         return Opened(first, events, on_token, on_end, on_close)
 
@@ -571,49 +353,9 @@ class Flow:
     def ended(self, call: Call, end: End) -> None:
         """What a finished request tells admission control and the metrics: its queue wait,
         latencies and tokens, per tier and plan."""
-        tier, plan = str(call.target), call.record.plan
         if end.queue_s is not None:
-            self.admission.record(tier, end.queue_s)
-        if end.ttft_s is not None:
-            self.metrics.observe("ttft", end.ttft_s, tier, plan)
-        if end.tpot_s is not None:
-            self.metrics.observe("tpot", end.tpot_s, tier, plan)
-        self.metrics.inc("prompt_tokens", tier, plan, n=end.prompt_tokens)
-        self.metrics.inc("completion_tokens", tier, plan, n=end.completion_tokens)
-
-    def finish(
-        self, call: Call, prompt: int, completion: int, status: str = "ok", cached: int = 0
-    ) -> None:
-        """Settle a request (and its map-reduce calls) to what was used, with its usage event,
-        once."""
-        if call.settled:
-            return
-        call.settled = True
-        prompt, completion = call.billed(prompt, completion)
-        record, target = call.record, call.target
-        self.metrics.inc("finished", str(target), record.plan, status)
-        price = None if call.free else self.config.plans[record.plan].prices[target.tier]
-        calls = call.job.calls if call.job is not None else 0
-        event = UsageEvent(
-            call.reservation.request_id,
-            record.owner,
-            record.key_id,
-            record.plan,
-            target.model,
-            target.tier,
-            call.endpoint,
-            status,
-            call.started,
-            time.time(),
-            call.reservation.day or day_of(call.started),
-            price,
-            prompt,
-            min(cached, prompt),
-            completion,
-            1 + calls,
-        )
-        tokens = max(prompt + completion, call.tokenized)
-        self.settle(call.reservation, tokens, event.cost_nanos, calls, event)
+            self.admission.record(str(call.target), end.queue_s)
+        self.meter.observed(call, end)
 
 
 def _replica_failure(
@@ -632,33 +374,6 @@ def _replica_failure(
             retry_s,
         )
     return EngineError(f"the tier's replica failed ({type(exc).__name__})")
-
-
-@dataclass
-class Call:
-    """A request on its way to a tier, with what settlement needs."""
-
-    record: ApiKeyRecord
-    target: Target
-    dest: Target
-    reservation: Reservation
-    job: SummaryJob | None = None
-    tokenized: int = 0  # prompt tokens read for a request refused after tokenizing
-    settled: bool = False
-    endpoint: str = "chat.completions"  # the API it came through (its usage event says)
-    started: float = 0.0  # when the gateway had it (time.time())
-    free: bool = False  # a call without a price (chunking)
-    tokens_counted: int = -1  # the key's tokens of the minute with this reservation
-
-    def billed(self, prompt: int, completion: int) -> tuple[int, int]:
-        """The request's tokens plus those of its map-reduce calls, if any."""
-        if self.job is None:
-            return prompt, completion
-        return prompt + self.job.prompt_used, completion + self.job.completion_used
-
-    def usage(self, prompt: int, completion: int) -> dict[str, int]:
-        """Usage as the reply reports it: billed tokens, map-reduce calls included."""
-        return usage(*self.billed(prompt, completion))
 
 
 @dataclass

@@ -38,9 +38,10 @@ from zerolayer.errors import (
     InvalidRequest,
     ObjectNotFound,
 )
-from zerolayer.gateway.flow import Call, Flow, Opened, completion_budget, status_of
+from zerolayer.gateway.flow import Flow, Opened, completion_budget
 from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.limits import retried
+from zerolayer.gateway.meter import Call, status_of
 from zerolayer.gateway.parts import prompt_ids
 from zerolayer.gateway.response_bodies import CreateResponseRequest
 from zerolayer.gateway.response_objects import ResponseShape, outcome, response_usage
@@ -90,12 +91,14 @@ class Responder:
             try:
                 turn = await loading
             except BaseException as exc:
-                self.flow.finish(call, 0, 0, status_of(exc))
+                self.flow.meter.finish(call, 0, 0, status_of(exc))
                 raise
             try:
                 return await self._run(body, turn, call)
             except BaseException as exc:
-                self.flow.finish(call, 0, 0, status_of(exc))  # no-op when it was settled already
+                self.flow.meter.finish(
+                    call, 0, 0, status_of(exc)
+                )  # no-op when it was settled already
                 if not turn.done:
                     turn.done = True
                     self._release(turn)
@@ -180,12 +183,12 @@ class Responder:
         """Free the conversation a response held (in the background: it may be cancelled)."""
         self._stop_keeper(turn)
         if turn.conversation is not None:
-            self.flow.later(self._unlock(turn.conversation, turn.rid))
+            self.flow.meter.later(self._unlock(turn.conversation, turn.rid))
 
     async def _unlock(self, cid: str, rid: str) -> None:
         """Release a conversation, retried until Redis answers (else its lease runs out)."""
         step = functools.partial(self.store.unlock, cid, rid)
-        await retried(step, f"releasing conversation {cid}", self.flow.stopping)
+        await retried(step, f"releasing conversation {cid}", self.flow.meter.stopping)
 
     async def _fit(
         self, body: CreateResponseRequest, model: str, turn: _Turn
@@ -250,7 +253,7 @@ class Responder:
         )
         call.dest = self.flow.route(call.target, len(ids))
         shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
-        headers = self.flow.headers(call)
+        headers = self.flow.meter.headers(call)
         if not body.stream:
             end = await self.flow.completed(call, spec)
             status, incomplete = outcome(end.finish_reason)
@@ -300,7 +303,7 @@ class Responder:
             ) from exc
         finally:
             if turn.conversation is not None and not added:
-                self.flow.later(self._unlock(turn.conversation, turn.rid))
+                self.flow.meter.later(self._unlock(turn.conversation, turn.rid))
 
     async def _events(self, shape: ResponseShape, o: Opened, turn: _Turn) -> AsyncIterator[bytes]:
         """The stream's events. on_end is called once however it ends; the response is stored
@@ -369,7 +372,7 @@ class Responder:
                     incomplete={"reason": "client_disconnected"},
                 )
                 turn.done = True
-                self.flow.later(self._keep_late(turn, obj, item))
+                self.flow.meter.later(self._keep_late(turn, obj, item))
             await o.events.aclose()
 
     async def _keep_late(self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any]) -> None:

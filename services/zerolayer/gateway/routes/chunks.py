@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from zerolayer.gateway.chunks import chunk_object, once, query_options, request_id, streamed
-from zerolayer.gateway.deps import CatalogDep, CurrentKey, FlowDep, Parts, body_of
-from zerolayer.gateway.flow import status_of
+from zerolayer.gateway.deps import CatalogDep, CurrentKey, MeterDep, Parts, body_of
 from zerolayer.gateway.http import ClosingStream
+from zerolayer.gateway.meter import status_of
 from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.schemas import ChunksRequest
 from zerolayer.protocol import ChunkOptions, Failed
@@ -23,14 +23,14 @@ router = APIRouter()
 
 @router.post("/v1/chunks", openapi_extra=body_schema(ChunksRequest, text_plain=True))
 async def chunks(
-    request: Request, record: CurrentKey, parts: Parts, catalog: CatalogDep, flow: FlowDep
+    request: Request, record: CurrentKey, parts: Parts, catalog: CatalogDep, meter: MeterDep
 ) -> Response:
     """Chunks of a text for the key's model (the key first, then the body)."""
     if request.headers.get("content-type", "").startswith("text/plain"):
         model_id, options = query_options(request, parts.config.chunker.chunk_tokens)
         model = catalog.resolve(model_id, record.plan).model
-        call = await flow.free(record, request_id(), model, 0)
-        settle = once(lambda tokens, status: flow.finish(call, tokens, 0, status))
+        call = await meter.free(record, request_id(), model, 0)
+        settle = once(lambda tokens, status: meter.finish(call, tokens, 0, status))
         return ClosingStream(
             streamed(parts, request, model, options, settle),
             # gone before the body started: nothing was cut
@@ -42,7 +42,7 @@ async def chunks(
     model = catalog.resolve(body.model, record.plan).model
     texts = body.texts()
     most = sum(len(t.encode("utf-8")) for t in texts)  # a token is at least one byte
-    call = await flow.free(record, request_id(), model, most)
+    call = await meter.free(record, request_id(), model, most)
     total, status = 0, "client_disconnect"
     try:
         cut = ChunkOptions(body.chunk_tokens, body.overlap_tokens)
@@ -59,7 +59,7 @@ async def chunks(
         status = status_of(exc)
         raise
     finally:
-        flow.finish(call, total, 0, status)
+        meter.finish(call, total, 0, status)
     return JSONResponse(
         {
             "object": "list",
@@ -67,5 +67,5 @@ async def chunks(
             "data": data,
             "usage": {"prompt_tokens": total, "total_tokens": total},
         },
-        headers=flow.headers(call),
+        headers=meter.headers(call),
     )
