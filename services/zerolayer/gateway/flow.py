@@ -1,5 +1,9 @@
-"""One completion request through the gateway: tokenfix, context check, length-aware routing,
-admission control, per-key limits, the tier replica, and settlement of what was delivered."""
+"""The request path of a completion, with no HTTP in it: the tier (model id and plan),
+admission control, tokens and the completion budget (or a map-reduce summary of a long prompt),
+length-aware routing and dispatch to the tier replica, answering with protocol values (the
+whole End, or the opened stream). Its Meter (zerolayer.gateway.meter) counts the request
+against the key's limits and settles what was delivered; the routes turn the answer into HTTP
+(zerolayer.gateway.routes.completions), and the Responses API adapts the same steps."""
 
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 
 from zerolayer.config import PlatformConfig
@@ -26,18 +29,16 @@ from zerolayer.errors import (
 )
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.meter import Call, Meter, status_of
 from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from zerolayer.gateway.sse import Shape, sse_stream
 from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
 from zerolayer.protocol import End, Failed, PromptInput, ReplicaEvent, SamplingSpec, Start, Target
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
-__all__ = ["Flow", "Opened", "completion_budget"]
+__all__ = ["Answered", "Flow", "Opened", "completion_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,10 @@ class Flow:
 
     async def __call__(
         self, body: ChatCompletionRequest | CompletionRequest, record: ApiKeyRecord
-    ) -> Response:
+    ) -> Answered | Opened:
+        """A chat or text completion through every step: its whole answer (Answered), or its
+        stream opened on a replica (Opened). Protocol values only: the route makes the HTTP
+        answer of either."""
         chat = isinstance(body, ChatCompletionRequest)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         endpoint = "chat.completions" if chat else "completions"
@@ -144,8 +148,9 @@ class Flow:
             exc.request_id = rid
             raise
 
-    async def _run(self, body: ChatCompletionRequest | CompletionRequest, call: Call) -> Response:
-        chat = isinstance(body, ChatCompletionRequest)
+    async def _run(
+        self, body: ChatCompletionRequest | CompletionRequest, call: Call
+    ) -> Answered | Opened:
         target, rid = call.target, call.reservation.request_id
         sampling = body.sampling()
         if isinstance(body, ChatCompletionRequest):
@@ -215,12 +220,10 @@ class Flow:
             seed=sampling["seed"],
             stop=list(sampling["stop"] or []),
         )
-        shape = Shape(chat, rid, str(target))  # the tier that answered, as OpenAI names it
         call.dest = self.route(target, len(ids))
-        headers = self.meter.headers(call)
         if not body.stream:
-            return await self._complete(call, spec, shape, headers)
-        return await self._stream(call, spec, shape, headers, body.include_usage())
+            return Answered(call, await self.completed(call, spec))
+        return await self.opened(call, spec)
 
     def sample(self, call: Call, prompt: PromptInput) -> None:
         """Keep the prompt for recalibration, at the configured rate, if the key (else its plan)
@@ -281,17 +284,6 @@ class Flow:
         self.ended(call, res)
         return res
 
-    async def _complete(
-        self, call: Call, spec: SamplingSpec, shape: Shape, headers: dict[str, str]
-    ) -> Response:
-        res = await self.completed(call, spec)
-        reply = shape.final(
-            res.text, res.finish_reason, call.usage(res.prompt_tokens, res.completion_tokens)
-        )
-        if call.job is not None:
-            reply["zerolayer_summary"] = call.job.usage()
-        return JSONResponse(reply, headers=headers)
-
     async def opened(self, call: Call, spec: SamplingSpec) -> Opened:
         """Start a streamed request on its tier: its first event (Start) once a replica took
         it, the rest of its events, and the hooks its stream must call (first token, end)."""
@@ -332,23 +324,7 @@ class Flow:
         def on_close() -> None:  # the response closed before its stream started
             self.meter.finish(call, 0, 0, "client_disconnect")
 
-        return Opened(first, events, on_token, on_end, on_close)
-
-    async def _stream(
-        self,
-        call: Call,
-        spec: SamplingSpec,
-        shape: Shape,
-        headers: dict[str, str],
-        include_usage: bool,
-    ) -> Response:
-        o = await self.opened(call, spec)
-        return ClosingStream(
-            sse_stream(shape, o.events, o.first, include_usage, o.on_token, o.on_end, call.usage),
-            on_close=o.on_close,
-            media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache"},
-        )
+        return Opened(call, first, events, on_token, on_end, on_close)
 
     def ended(self, call: Call, end: End) -> None:
         """What a finished request tells admission control and the metrics: its queue wait,
@@ -377,12 +353,22 @@ def _replica_failure(
 
 
 @dataclass
+class Answered:
+    """A request answered whole: its call (the reservation, the map-reduce job if any) and the
+    tier's End."""
+
+    call: Call
+    end: End
+
+
+@dataclass
 class Opened:
     """A streamed request a replica took: its Start, the rest of its events, and the hooks the
     stream calls: on_token() at the first token, on_end(prompt, completion, end) once however
     it ends (failed: the tier failed, else without an End the client left), on_close() when
     the HTTP response closes (a no-op after on_end)."""
 
+    call: Call
     first: Start
     events: AsyncGenerator[ReplicaEvent, None]
     on_token: Callable[[], None]
