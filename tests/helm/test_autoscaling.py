@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from zerolayer.config import ActorOptions, AutoscalingConfig, PlatformConfig
+from zerolayer.config import ActorOptions, AutoscalingConfig, FakeTier, PlatformConfig
 from zerolayer.protocol import SamplingSpec
 from zerolayer.serve.app import deployment_name, tier_apps
 from zerolayer.serve.launcher import SERVE_LOGGING, ray_temp_dir
@@ -80,18 +80,17 @@ def test_a_tier_scales_out_under_load_and_back_with_the_charts_autoscaling(
 
     scaling = AutoscalingConfig.model_validate(rendered_autoscaling(render))
     assert scaling.min_replicas == 1 and scaling.max_replicas >= 2
-    tc = (
-        base_config.models[MODEL]
-        .tiers[TIER]
-        .model_copy(
-            update={
-                "engine": "fake",
-                "fake_script": [" x"] * TOKENS,
-                "fake_delay_s": TOKEN_S,
-                "autoscaling_config": scaling,  # the chart's numbers, in place of the local ones
-                "ray_actor_options": ActorOptions(num_cpus=0.1),  # no GPU here
-            }
-        )
+    served = base_config.models[MODEL].tiers[TIER]
+    tc = FakeTier(
+        engine="fake",
+        artifact=served.artifact,
+        cluster=served.cluster,
+        max_ongoing_requests=served.max_ongoing_requests,
+        short_requests=served.short_requests,
+        fake_script=[" x"] * TOKENS,
+        fake_delay_s=TOKEN_S,
+        autoscaling_config=scaling,  # the chart's numbers, in place of the local ones
+        ray_actor_options=ActorOptions(num_cpus=0.1),  # no GPU here
     )
     model = base_config.models[MODEL]
     model = model.model_copy(update={"tiers": {**model.tiers, TIER: tc}})
