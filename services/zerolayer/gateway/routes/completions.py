@@ -44,19 +44,25 @@ def http_answer(
     )
 
 
+async def _complete(
+    request: Request,
+    record: CurrentKey,
+    flow: FlowDep,
+    model: type[ChatCompletionRequest] | type[CompletionRequest],
+) -> Response:
+    body = await body_of(request, model)
+    answer = await flow(body, record)
+    headers = flow.meter.headers(answer.call)
+    return http_answer(answer, model is ChatCompletionRequest, headers, body.include_usage())
+
+
 @router.post("/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
 async def chat_completions(request: Request, record: CurrentKey, flow: FlowDep) -> Response:
     """Answer a conversation, whole or streamed."""
-    body = await body_of(request, ChatCompletionRequest)
-    answer = await flow(body, record)
-    headers = flow.meter.headers(answer.call)
-    return http_answer(answer, True, headers, body.include_usage())
+    return await _complete(request, record, flow, ChatCompletionRequest)
 
 
 @router.post("/completions", openapi_extra=body_schema(CompletionRequest))
 async def completions(request: Request, record: CurrentKey, flow: FlowDep) -> Response:
     """Continue a text prompt, whole or streamed."""
-    body = await body_of(request, CompletionRequest)
-    answer = await flow(body, record)
-    headers = flow.meter.headers(answer.call)
-    return http_answer(answer, False, headers, body.include_usage())
+    return await _complete(request, record, flow, CompletionRequest)
