@@ -11,6 +11,12 @@ bare, full ... at 1 and at 32 concurrent clients, after one warm-up round each; 
 --requests requests per client count and records every request's latency. Prints p50/p99 per
 round and the median of the per-round ratios full/bare; writes benchmarks/results/gateway.json.
 
+Where the time goes: around each load the CPU time of the machine's processes is read
+(/proc, through psutil) and split by role (the gateway replica, the bare ingress, the tier
+replica, the HTTP proxy, Redis, this client, the rest of Ray), as CPU milliseconds per request.
+At 32 clients both paths are bound by the machine's cores, so their latency ratio follows their
+CPU per request.
+
   .venv/bin/python benchmarks/gateway.py [--repeats 3] [--requests 320] [--tokenfix-deployment]
 """
 
@@ -129,6 +135,52 @@ async def load(url: str, key: str, clients: int, requests: int) -> list[float]:
     return latencies
 
 
+_ROLES = (
+    ("gateway", ("ServeReplica:", ":gateway")),
+    ("bare", ("ServeReplica:bare",)),
+    ("tier", ("ServeReplica:", "--baseline")),
+    ("replica_other", ("ServeReplica:",)),
+    ("proxy", ("ProxyActor",)),
+    ("haproxy", ("haproxy",)),
+    ("redis", ("valkey-server",)),
+    ("redis", ("redis-server",)),
+)
+
+
+def _role(cmdline: str) -> str:
+    for role, marks in _ROLES:
+        if all(m in cmdline for m in marks):
+            return role
+    return "ray_other" if ("ray" in cmdline or "raylet" in cmdline) else "other"
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the machine's processes, by role."""
+    import os
+
+    import psutil
+
+    out: dict[str, float] = {}
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
+            t = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        role = "client" if proc.info["pid"] == me else _role(cmd)
+        out[role] = out.get(role, 0.0) + t.user + t.system
+    return out
+
+
+def cpu_ms_per_request(
+    before: dict[str, float], after: dict[str, float], n: int
+) -> dict[str, float]:
+    """CPU ms per request by role between two readings (roles that used under 0.05 ms left out)."""
+    got = {r: (after.get(r, 0.0) - before.get(r, 0.0)) * 1000 / n for r in after}
+    return {r: round(v, 2) for r, v in sorted(got.items()) if v >= 0.05}
+
+
 def pct(values: list[float], q: float) -> float:
     """The q-quantile in milliseconds (nearest rank)."""
     ordered = sorted(values)
@@ -178,25 +230,46 @@ def main() -> None:
         for clients in (1, 32):
             n = args.requests if clients > 1 else max(50, args.requests // 4)
             rows = []
+            cpus: list[dict[str, dict[str, float]]] = []
             for rnd in range(args.repeats + 1):
                 row: dict[str, float] = {}
+                cpu: dict[str, dict[str, float]] = {}
                 for name in ("bare", "full"):
+                    before = cpu_by_role()
                     lat = loop.run_until_complete(load(urls[name], key, clients, n))
+                    cpu[name] = cpu_ms_per_request(before, cpu_by_role(), n)
                     row[f"{name}_p50_ms"] = round(pct(lat, 0.5), 2)
                     row[f"{name}_p99_ms"] = round(pct(lat, 0.99), 2)
+                    row[f"{name}_cpu_ms"] = round(sum(cpu[name].values()), 2)
                 row["ratio_p50"] = round(row["full_p50_ms"] / row["bare_p50_ms"], 3)
                 row["ratio_p99"] = round(row["full_p99_ms"] / row["bare_p99_ms"], 3)
+                row["ratio_cpu"] = round(row["full_cpu_ms"] / row["bare_cpu_ms"], 3)
                 label = "warm-up" if rnd == 0 else f"round {rnd}"
                 print(
                     f"{clients:2d} clients {label:8s} bare p50 {row['bare_p50_ms']:7.2f} ms "
                     f"p99 {row['bare_p99_ms']:7.2f}  full p50 {row['full_p50_ms']:7.2f} ms "
-                    f"p99 {row['full_p99_ms']:7.2f}  ratio p50 {row['ratio_p50']:.3f}",
+                    f"p99 {row['full_p99_ms']:7.2f}  ratio p50 {row['ratio_p50']:.3f}  "
+                    f"cpu/request bare {row['bare_cpu_ms']:.2f} full {row['full_cpu_ms']:.2f} ms",
                     flush=True,
                 )
                 if rnd:
                     rows.append(row)
+                    cpus.append(cpu)
             summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
-            results[f"clients_{clients}"] = {**summary, "rounds": rows, "requests": n}
+            by_role = {
+                name: {
+                    role: round(statistics.median(c[name].get(role, 0.0) for c in cpus), 2)
+                    for role in sorted({r for c in cpus for r in c[name]})
+                }
+                for name in ("bare", "full")
+            }
+            print(f"{clients:2d} clients cpu ms/request by role (median): {json.dumps(by_role)}")
+            results[f"clients_{clients}"] = {
+                **summary,
+                "cpu_ms_per_request_by_role": by_role,
+                "rounds": rows,
+                "requests": n,
+            }
     finally:
         platform.stop()
     at32 = results["clients_32"]

@@ -140,7 +140,7 @@ def test_a_planted_import_is_refused() -> None:
 
 def test_the_walker_sees_known_imports() -> None:
     graph = _graph()
-    assert "zerolayer.protocol" in graph["zerolayer.gateway.flow"]
+    assert "zerolayer.protocol" in graph["zerolayer.gateway.pipeline"]
     assert "zerolayer.collapse.missing" in graph["zerolayer.collapse"]
     assert "zerolayer.engines.torch_engine.kernels" in graph["zerolayer.engines.torch_engine.model"]
 

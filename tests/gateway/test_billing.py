@@ -82,8 +82,8 @@ def test_an_engine_failing_mid_stream_bills_what_was_delivered(
     make_gateway: GatewayFactory,
 ) -> None:
     gw = make_gateway()
-    flow = gw.app.state.flow
-    flow.backend = _BrokenBackend(flow.backend)
+    pipeline = gw.app.state.pipeline
+    pipeline.backend = _BrokenBackend(pipeline.backend)
     r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "stream": True})
     events = sse_events(r.text)
     assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "engine_error"

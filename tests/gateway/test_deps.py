@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from fastapi.routing import APIRoute
+from zerolayer.gateway.bodies import BodyRoute
 
 from tests.gateway.conftest import Gateway
 from tests.gateway.test_api import assert_openai_error
@@ -64,3 +65,13 @@ def test_admin_routes_refuse_an_api_key(gateway: Gateway) -> None:
     for method, path in admin:
         err = assert_openai_error(gateway.client.request(method, path, headers=gateway.auth), 401)
         assert err["code"] == "invalid_admin_key", (method, path)
+
+
+def test_every_route_decodes_its_body_one_way(gateway: Gateway) -> None:
+    # a router made without route_class=BodyRoute would answer a bad body in FastAPI's own words
+    plain = [
+        r.path
+        for r in gateway.app.routes
+        if isinstance(r, APIRoute) and not isinstance(r, BodyRoute)
+    ]
+    assert plain == []

@@ -186,8 +186,8 @@ def test_a_replica_dying_mid_stream_gives_an_error_frame_then_done(
     make_gateway: GatewayFactory,
 ) -> None:
     gw = make_gateway(plans={"one": plan(concurrent_requests=1)}, key_plan="one")
-    flow = gw.app.state.flow
-    flow.backend = _BrokenBackend(flow.backend)
+    pipeline = gw.app.state.pipeline
+    pipeline.backend = _BrokenBackend(pipeline.backend)
     r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "stream": True})
     assert r.status_code == 200
     events = sse_events(r.text)
@@ -203,8 +203,8 @@ def test_a_replica_dying_mid_stream_gives_an_error_frame_then_done(
 
 def test_a_tier_that_takes_no_request_is_a_bounded_503(make_gateway: GatewayFactory) -> None:
     gw = make_gateway(gateway={"tier_wait_s": 0.5, "request_timeout_s": 0.5})
-    flow = gw.app.state.flow
-    flow.backend = _BrokenBackend(flow.backend, hang=True)
+    pipeline = gw.app.state.pipeline
+    pipeline.backend = _BrokenBackend(pipeline.backend, hang=True)
     for stream in (True, False):
         r = gw.client.post("/v1/chat/completions", headers=gw.auth, json={**CHAT, "stream": stream})
         err = assert_openai_error(r, 503, "server_error")
@@ -247,7 +247,7 @@ def test_redis_killed_under_load(make_gateway: GatewayFactory, tmp_path: Path, f
     server = EmbeddedRedis(tmp_path / "redis", appendfsync=fsync)  # type: ignore[arg-type]
     server.start()
     gw = make_gateway(engine=FakeEngine(SCRIPT, delay_s=0.02), store=server.secret_url())
-    price = gw.app.state.flow.config.plans["pro"].prices["baseline"]
+    price = gw.app.state.pipeline.config.plans["pro"].prices["baseline"]
     made: list[str] = []
     answered: list[dict[str, int]] = []
     statuses: dict[int, int] = {}

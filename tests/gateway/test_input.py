@@ -5,12 +5,12 @@ within a time limit, the key checked before a body is parsed."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from typing import Any
 
 import pytest
-from starlette.requests import Request
-from zerolayer.errors import PayloadTooLarge, RequestTimeout
-from zerolayer.gateway.http import read_body
+from zerolayer.gateway.bodies import BodyLimits
 
 from tests.gateway.conftest import Gateway
 from tests.gateway.test_api import assert_openai_error
@@ -78,39 +78,122 @@ def test_streamed_chunks_refuse_an_overlap_not_below_the_chunk_size(gateway: Gat
     assert err["param"] == "overlap_tokens"
 
 
-def _request(pieces: list[bytes], delay_at: int | None = None) -> tuple[Request, list[int]]:
-    """A request whose body arrives in pieces (no content-length, as a chunked upload); the
-    piece at delay_at takes 10 s. Returns the request and a list counting the pieces read."""
-    read = [0]
+Message = dict[str, Any]
 
-    async def receive() -> dict[str, Any]:
+
+class _App:
+    """The app behind the layer: what it was handed, and whether it ran."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        got = b""
+        while True:
+            msg = await receive()
+            got += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        self.bodies.append(got)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _through(
+    pieces: list[bytes],
+    delay_at: int | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    path: str = "/v1/chat/completions",
+    timeout_s: float = 5.0,
+) -> tuple[_App, list[Message], list[int]]:
+    """Send a body in pieces (no content-length unless given, as a chunked upload; the piece
+    at delay_at takes 10 s) through BodyLimits (2 MiB) to an app. Returns the app, what was
+    answered, and a list counting the pieces read."""
+    app, sent, read = _App(), [], [0]
+
+    async def receive() -> Message:
         i = read[0]
         read[0] += 1
         if i == delay_at:
             await asyncio.sleep(10)
-        more = i + 1 < len(pieces)
-        return {"type": "http.request", "body": pieces[i], "more_body": more}
+        return {"type": "http.request", "body": pieces[i], "more_body": i + 1 < len(pieces)}
 
-    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
-    return Request(scope, receive), read
+    async def send(msg: Message) -> None:
+        sent.append(msg)
+
+    layer = BodyLimits(app, max_bytes=2 << 20, timeout_s=timeout_s)
+    scope = {"type": "http", "method": "POST", "path": path, "headers": headers or []}
+    asyncio.run(layer(scope, receive, send))
+    return app, sent, read
+
+
+def _answered(sent: list[Message]) -> tuple[int, dict[str, Any]]:
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], json.loads(body)
 
 
 def test_a_body_over_the_cap_is_refused_while_it_is_read() -> None:
-    request, read = _request([b"x" * (1 << 20)] * 64)  # 64 MiB, no declared length
-    with pytest.raises(PayloadTooLarge):
-        asyncio.run(read_body(request, max_bytes=2 << 20))
+    app, sent, read = _through([b"x" * (1 << 20)] * 64)  # 64 MiB, no declared length
+    status, body = _answered(sent)
+    assert status == 413 and body["error"]["type"] == "invalid_request_error", body
     assert read[0] <= 3  # stopped past the cap, not after the whole body
+    assert app.bodies == []
+
+
+def test_a_declared_length_over_the_cap_is_refused_unread() -> None:
+    app, sent, read = _through([b"{}"], headers=[(b"content-length", str(3 << 20).encode())])
+    assert _answered(sent)[0] == 413
+    assert read[0] == 0 and app.bodies == []
 
 
 def test_a_slow_body_times_out_with_408() -> None:
-    request, _ = _request([b"{", b"}"], delay_at=1)
+    t0 = time.monotonic()
+    app, sent, _ = _through([b"{", b"}"], delay_at=1, timeout_s=0.2)
+    status, body = _answered(sent)
+    assert status == 408 and "did not arrive within 0.2 s" in body["error"]["message"]
+    assert time.monotonic() - t0 < 5
+    assert app.bodies == []
 
-    async def run() -> float:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        with pytest.raises(RequestTimeout) as caught:
-            await read_body(request, max_bytes=1 << 20, timeout_s=0.2)
-        assert caught.value.status_code == 408
-        return loop.time() - t0
 
-    assert asyncio.run(run()) < 5
+def test_a_body_within_the_limits_reaches_the_app_whole() -> None:
+    app, sent, _ = _through([b'{"a": ', b"1}"])
+    assert app.bodies == [b'{"a": 1}'] and sent[0]["status"] == 200
+
+
+def test_a_streamed_text_body_passes_through_unbuffered() -> None:
+    # text/plain to /v1/chunks is cut while it arrives: no whole-body cap or deadline here
+    pieces = [b"x" * (1 << 20)] * 3  # over the 2 MiB cap in all
+    text = [(b"content-type", b"text/plain")]
+    app, sent, _ = _through(pieces, headers=text, path="/v1/chunks")
+    assert app.bodies == [b"".join(pieces)] and sent[0]["status"] == 200
+    # the same body as JSON, or to another route, is held to the cap
+    assert _through(pieces, path="/v1/chunks")[0].bodies == []
+    assert _through(pieces, headers=text)[0].bodies == []
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "says"),
+    [
+        (b"\xff\xfe{}", {"content-type": "application/json"}, "not valid UTF-8"),
+        (b"{not json", {"content-type": "application/json"}, "not valid JSON"),
+        (b"[1, 2]", {"content-type": "application/json"}, "must be a JSON object"),
+        (b"", {"content-type": "application/json"}, "body is missing"),
+        (b'{"model": "m"}', {"content-type": "application/x-www-form-urlencoded"}, "not JSON"),
+    ],
+)
+def test_undecodable_bodies_say_what_is_wrong(
+    gateway: Gateway, content: bytes, headers: dict[str, str], says: str
+) -> None:
+    for url in ("/v1/chat/completions", "/v1/chunks"):
+        r = gateway.client.post(url, headers={**gateway.auth, **headers}, content=content)
+        err = assert_openai_error(r, 400)
+        assert says in err["message"], (url, err)
+        # the key is checked before any of it: a bad body without a key is a 401
+        assert_openai_error(gateway.client.post(url, headers=headers, content=content), 401)
+    assert gateway.engine.requests == 0
+
+
+def test_a_body_without_content_type_is_read_as_json(gateway: Gateway) -> None:
+    body = json.dumps({**CHAT, "max_tokens": 2}).encode()
+    r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, content=body)
+    assert r.status_code == 200, r.text

@@ -317,7 +317,7 @@ def test_chunks_count_the_tokens_they_cut(make_gateway: GatewayFactory) -> None:
 
 def test_many_chunk_inputs_are_one_chunker_call(make_gateway: GatewayFactory) -> None:
     gw = make_gateway()
-    chunker = gw.app.state.flow.backend.chunker
+    chunker = gw.app.state.pipeline.backend.chunker
     calls: list[int] = []
     original = chunker.all_spans
 

@@ -51,7 +51,7 @@ def test_short_prompts_go_to_the_short_group(make_gateway: GatewayFactory) -> No
     assert gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT).status_code == 200
     assert short_engine.requests == 0  # no short group configured: everything goes to the tier
 
-    base = gw.app.state.flow.config.models["smollm2-135m"].tiers["baseline"]
+    base = gw.app.state.pipeline.config.models["smollm2-135m"].tiers["baseline"]
     tier = base.model_copy(update={"short_requests": ShortRequests(max_prompt_tokens=100)})
     gw = make_gateway(engine=long_engine, short_engine=short_engine, tiers={"baseline": tier})
     r = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)

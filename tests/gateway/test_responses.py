@@ -372,7 +372,7 @@ def test_truncation_auto_keeps_the_instructions_and_the_newest_turns(
     make_gateway: GatewayFactory,
 ) -> None:
     a = make_gateway()
-    max_len = a.app.state.flow.config.models[MODEL].max_model_len
+    max_len = a.app.state.pipeline.config.models[MODEL].max_model_len
     cid, messages = _long_conversation(a, 16)
     head = [{"role": "system", "content": "Answer in French."}]
     new = {"role": "user", "content": "And now?"}

@@ -1,7 +1,7 @@
 """Usage events: one per request, CloudEvents-shaped JSON, written to a Redis stream together
 with its dedupe marker in one server-side script (a retried write neither loses nor doubles it).
 
-An event is written when a request is settled (gateway.flow): the same script that frees the
+An event is written when a request is settled (gateway.pipeline): the same script that frees the
 request's place in its key's limits and corrects its spend adds the event, so the budget counter
 and the ledger never disagree about a request, whichever step a crash interrupts. Refused
 requests (shed, rate limited, invalid) are written by `EventWriter.write`, without a settlement.

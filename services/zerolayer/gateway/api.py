@@ -12,51 +12,22 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from zerolayer.errors import APIError, InvalidRequest, StoreUnavailable, openai_error_body
 from zerolayer.gateway import routes
+from zerolayer.gateway.bodies import BodyLimits, unparsed_message, validation_message
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.http import error_response, validation_message
+from zerolayer.gateway.http import error_response
 from zerolayer.gateway.idempotency import Idempotency
 from zerolayer.gateway.meter import Meter
-from zerolayer.gateway.openapi import install_schema
 from zerolayer.gateway.parts import GatewayParts
-from zerolayer.gateway.response_bodies import (
-    AddItemsRequest,
-    CreateConversationRequest,
-    CreateResponseRequest,
-    UpdateConversationRequest,
-)
+from zerolayer.gateway.pipeline import Pipeline
 from zerolayer.gateway.responses import Responder
-from zerolayer.gateway.schemas import (
-    ChangePlanRequest,
-    ChatCompletionRequest,
-    ChunksRequest,
-    CompletionRequest,
-    CreateKeyRequest,
-    RenameKeyRequest,
-)
 from zerolayer.gateway.silence import SilenceMaps
 
 __all__ = ["create_app"]
-
-
-BODY_MODELS: list[type[BaseModel]] = [
-    ChatCompletionRequest,
-    CompletionRequest,
-    ChunksRequest,
-    CreateKeyRequest,
-    ChangePlanRequest,
-    RenameKeyRequest,
-    CreateResponseRequest,
-    CreateConversationRequest,
-    UpdateConversationRequest,
-    AddItemsRequest,
-]
 
 
 def create_app(parts: GatewayParts) -> FastAPI:
@@ -64,7 +35,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     cfg = parts.config
     catalog = Catalog(cfg)
     meter = Meter(parts.limiter, parts.metrics, cfg)
-    flow = Flow(parts.backend, cfg, catalog, meter, parts.tiers, parts.traffic)
+    pipeline = Pipeline(parts.backend, cfg, catalog, meter, parts.tiers, parts.traffic)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -83,7 +54,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     # what the routes' dependencies read (gateway.deps)
     app.state.parts = parts
     app.state.meter = meter
-    app.state.flow = flow
+    app.state.pipeline = pipeline
     app.state.catalog = catalog
     app.state.silence = SilenceMaps(parts)
 
@@ -93,7 +64,11 @@ def create_app(parts: GatewayParts) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_message(list(exc.errors()))
+        errors = list(exc.errors())
+        unparsed = unparsed_message(exc.body, whole=errors[0].get("loc") == ("body",))
+        if unparsed is not None:
+            return error_response(InvalidRequest(unparsed))
+        message, param = validation_message(errors)
         return error_response(InvalidRequest(message, param=param))
 
     @app.exception_handler(StarletteHTTPException)
@@ -121,7 +96,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app.include_router(routes.health.router)
     app.include_router(routes.chunks.router)
     if parts.conversations is not None:
-        app.state.responder = Responder(flow, parts.conversations)
+        app.state.responder = Responder(pipeline, parts.conversations)
         app.include_router(routes.responses.router)
         app.include_router(routes.conversations.router)
     if parts.ledger is not None:
@@ -135,7 +110,6 @@ def create_app(parts: GatewayParts) -> FastAPI:
         app.include_router(routes.admin.billing_router)
     app.include_router(routes.keys.router)
     app.include_router(routes.operations.router)
-    install_schema(app, BODY_MODELS)
     idem = cfg.idempotency
     app.add_middleware(
         Idempotency,
@@ -144,5 +118,9 @@ def create_app(parts: GatewayParts) -> FastAPI:
         max_bytes=idem.max_body_bytes,
         max_body_bytes=cfg.gateway.max_body_bytes,
         lease_s=cfg.gateway.concurrency_lease_s,
+    )
+    # outermost: every body is whole and within the limits before anything else reads it
+    app.add_middleware(
+        BodyLimits, max_bytes=cfg.gateway.max_body_bytes, timeout_s=cfg.gateway.body_timeout_s
     )
     return app

@@ -1,4 +1,6 @@
-"""POST /v1/chunks: token-exact chunks for clients (RAG ingestion).
+"""Token-exact chunks for clients (RAG ingestion), the work behind POST /v1/chunks (its route,
+zerolayer.gateway.routes.chunks, turns these values into JSON or JSON lines; the pipeline,
+zerolayer.gateway.pipeline, meters them).
 
 A JSON body ({"model", "input", "chunk_tokens", "overlap_tokens"}) gets all chunks at once. A
 plain-text body (Content-Type text/plain, options in the query string) may be streamed: the
@@ -17,65 +19,42 @@ long as what it was last handed back, so no text is sent to it more than about t
 from __future__ import annotations
 
 import codecs
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 
-from fastapi import Request
-
+from zerolayer.config import ChunkerConfig
 from zerolayer.errors import APIError, InvalidRequest, PayloadTooLarge
 from zerolayer.gateway.meter import status_of
-from zerolayer.gateway.parts import GatewayParts, chunked
-from zerolayer.gateway.schemas import ChunksRequest
+from zerolayer.gateway.parts import Backend, chunked
 from zerolayer.protocol import Chunk, ChunkOptions
 
-__all__ = ["chunk_object", "once", "query_options", "request_id", "streamed"]
+__all__ = ["Cut", "CutDone", "cut_options", "once", "request_id", "streamed"]
 
 _FEED_CHARS = 4096  # ask the chunker again once this much new text is buffered
 
 
-def chunk_object(index: int, input_index: int, base: int, c: Chunk) -> dict[str, Any]:
-    return {
-        "object": "chunk",
-        "index": index,
-        "input_index": input_index,
-        "text": c.text,
-        "tokens": c.tokens,
-        "start_char": base + c.start,
-        "end_char": base + c.end,
-    }
+@dataclass(frozen=True)
+class Cut:
+    """One chunk of a streamed text: its index, and where the text it was cut from starts."""
+
+    index: int
+    base: int
+    chunk: Chunk
 
 
-def _cut(options: dict[str, int], final: bool = True) -> ChunkOptions:
-    """The chunk options of the query string (sizes not given: the chunker's own)."""
+@dataclass(frozen=True)
+class CutDone:
+    """The end of a streamed text: how many chunks, tokens and characters it made."""
+
+    chunks: int
+    tokens: int
+    chars: int
+
+
+def cut_options(options: dict[str, int], final: bool = True) -> ChunkOptions:
+    """The chunk options of a streamed text (sizes not given: the chunker's own)."""
     return ChunkOptions(options.get("chunk_tokens"), options.get("overlap_tokens"), final)
-
-
-def query_options(request: Request, default_chunk: int) -> tuple[str, dict[str, int]]:
-    """The model and chunk options of a text/plain body, from the query string; 400 before the
-    response starts when they do not fit together."""
-    q = request.query_params
-    model = q.get("model")
-    if not model:
-        raise InvalidRequest("a text/plain body needs ?model=<model> in the URL", param="model")
-    options: dict[str, int] = {}
-    for name in ("chunk_tokens", "overlap_tokens"):
-        if name in q:
-            try:
-                options[name] = int(q[name])
-            except ValueError as exc:
-                raise InvalidRequest(f"{name} must be an integer", param=name) from exc
-    try:
-        ChunksRequest(model=model, input="x", **options)  # same bounds as the JSON body
-    except ValueError as exc:
-        raise InvalidRequest(f"invalid chunk options: {exc}") from exc
-    n, overlap = options.get("chunk_tokens", default_chunk), options.get("overlap_tokens", 0)
-    if overlap >= n:
-        raise InvalidRequest(
-            f"overlap_tokens ({overlap}) must be below chunk_tokens ({n})", param="overlap_tokens"
-        )
-    return model, options
 
 
 def once(step: Callable[[int, str], None]) -> Callable[[int, str], None]:
@@ -97,61 +76,58 @@ def request_id() -> str:
 
 
 async def streamed(
-    parts: GatewayParts,
-    request: Request,
+    backend: Backend,
+    config: ChunkerConfig,
     model: str,
+    pieces: AsyncIterator[bytes],
     options: dict[str, int],
     settle: Callable[[int, str], None],
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[Cut | CutDone, None]:
+    """The chunks of a text that arrives in pieces, each as soon as it is complete, then
+    CutDone; settle(tokens, status) once however it ends (an APIError is raised after the
+    chunks sent so far)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     buffer, base, fed, index, total, received = "", 0, 0, 0, 0, 0
     status = "client_disconnect"  # unless it ends
-    limit = parts.config.chunker.max_chunks
-    max_bytes = parts.config.chunker.max_stream_bytes
 
-    def lines(chunks: list[Chunk]) -> list[bytes]:
+    def cuts(chunks: list[Chunk]) -> list[Cut]:
         nonlocal index, total
         out = []
         for c in chunks:
-            out.append(json.dumps(chunk_object(index, 0, base, c)).encode() + b"\n")
+            out.append(Cut(index, base, c))
             index += 1
             total += c.tokens
-        if index > limit:
-            raise PayloadTooLarge(f"the input makes more than {limit} chunks")
+        if index > config.max_chunks:
+            raise PayloadTooLarge(f"the input makes more than {config.max_chunks} chunks")
         return out
 
     try:
-        async for piece in request.stream():
-            received += len(piece)
-            if received > max_bytes:
-                raise PayloadTooLarge(f"the streamed text is larger than {max_bytes} bytes")
-            buffer += decoder.decode(piece)
-            if len(buffer) - fed < max(_FEED_CHARS, fed):
-                continue  # the chunker is asked again once the new text is as long as the rest
-            ev = await chunked(parts.backend, model, buffer, _cut(options, final=False))
-            for line in lines(ev.chunks):
-                yield line
-            base += ev.rest
-            buffer = buffer[ev.rest :]
-            fed = len(buffer)
-        buffer += decoder.decode(b"", final=True)
-        ev = await chunked(parts.backend, model, buffer, _cut(options))
-        for line in lines(ev.chunks):
-            yield line
-        done = {
-            "object": "chunks.done",
-            "chunks": index,
-            "tokens": total,
-            "chars": base + len(buffer),
-        }
+        try:
+            async for piece in pieces:
+                received += len(piece)
+                if received > config.max_stream_bytes:
+                    raise PayloadTooLarge(
+                        f"the streamed text is larger than {config.max_stream_bytes} bytes"
+                    )
+                buffer += decoder.decode(piece)
+                if len(buffer) - fed < max(_FEED_CHARS, fed):
+                    continue  # the chunker is asked again once the new text is as long as the rest
+                ev = await chunked(backend, model, buffer, cut_options(options, final=False))
+                for cut in cuts(ev.chunks):
+                    yield cut
+                base += ev.rest
+                buffer = buffer[ev.rest :]
+                fed = len(buffer)
+            buffer += decoder.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(f"the request body is not valid UTF-8 ({exc.reason})") from exc
+        ev = await chunked(backend, model, buffer, cut_options(options))
+        for cut in cuts(ev.chunks):
+            yield cut
         status = "ok"
-        yield json.dumps(done).encode() + b"\n"
-    except UnicodeDecodeError as exc:
-        status = "invalid"
-        err = InvalidRequest(f"the request body is not valid UTF-8 ({exc.reason})")
-        yield json.dumps(err.body()).encode() + b"\n"
+        yield CutDone(index, total, base + len(buffer))
     except APIError as exc:
         status = status_of(exc)
-        yield json.dumps(exc.body()).encode() + b"\n"
+        raise
     finally:
         settle(total, status)

@@ -1,9 +1,9 @@
 """What a route is given: FastAPI dependencies for who may call it (the current API key's record,
 its tenant, the admin key and the key store it unlocks, either kind of key for the catalogue's
 readers) and for the replica's parts it works with (the request path, the catalogue, the
-stores), and its body read within the gateway's limits. A route declares them as parameters
-(`record: CurrentKey`, `flow: FlowDep`) and never authorises by hand. They read the replica's
-parts from `app.state`, which create_app sets."""
+stores). A route declares them as parameters (`record: CurrentKey`, `pipeline: PipelineDep`)
+and never authorises by hand. They read the replica's parts from `app.state`, which create_app
+sets. Bodies are the routes' pydantic parameters (zerolayer.gateway.bodies)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pydantic import BaseModel
 from zerolayer.billing.ledger import Ledger
 from zerolayer.conversations import ConversationStore
 from zerolayer.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
+from zerolayer.gateway.bodies import parse
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.flow import Flow
-from zerolayer.gateway.http import authorise, authorise_reader, is_admin, read_json
+from zerolayer.gateway.http import authorise, authorise_reader, is_admin
 from zerolayer.gateway.meter import Meter
 from zerolayer.gateway.parts import GatewayParts
+from zerolayer.gateway.pipeline import Pipeline
 from zerolayer.gateway.responses import Responder
 from zerolayer.gateway.silence import SilenceMaps
 from zerolayer.store.keys import ApiKeyRecord, KeyStore
@@ -31,7 +32,7 @@ __all__ = [
     "CatalogDep",
     "ConversationsDep",
     "CurrentKey",
-    "FlowDep",
+    "PipelineDep",
     "LedgerDep",
     "MeterDep",
     "Parts",
@@ -99,17 +100,15 @@ Reader = Annotated[ApiKeyRecord | None, Depends(reader)]
 
 
 async def body_of(request: Request, model: type[M]) -> M:
-    """The request's JSON body as `model`, within the gateway's size and time limits (413,
-    408, 400 otherwise)."""
-    g = parts_of(request).config.gateway
-    body: M = await read_json(request, model, g.max_body_bytes, g.body_timeout_s)
-    return body
+    """The JSON body of a route that reads its body by hand (one that also takes a stream), as
+    `model`: 400 otherwise. (Its size and time limits: BodyLimits, around the app.)"""
+    return parse(await request.body(), request.headers.get("content-type"), model)
 
 
-def flow_of(request: Request) -> Flow:
+def pipeline_of(request: Request) -> Pipeline:
     """The replica's request path (limits, admission, dispatch, settlement)."""
-    flow: Flow = request.app.state.flow
-    return flow
+    pipeline: Pipeline = request.app.state.pipeline
+    return pipeline
 
 
 def meter_of(request: Request) -> Meter:
@@ -153,7 +152,7 @@ def ledger_of(request: Request) -> Ledger:
 
 
 Parts = Annotated[GatewayParts, Depends(parts_of)]
-FlowDep = Annotated[Flow, Depends(flow_of)]
+PipelineDep = Annotated[Pipeline, Depends(pipeline_of)]
 MeterDep = Annotated[Meter, Depends(meter_of)]
 CatalogDep = Annotated[Catalog, Depends(catalog_of)]
 ResponderDep = Annotated[Responder, Depends(responder_of)]

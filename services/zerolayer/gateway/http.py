@@ -1,20 +1,17 @@
-"""HTTP helpers every gateway route uses: the bearer key, the body (size, UTF-8, JSON, schema),
-the one place an error becomes an HTTP response, and for the stored objects' routes, their
-404 and the cursor of their lists."""
+"""HTTP helpers the gateway's routes use: the bearer key, the one place an error becomes an HTTP
+response, a streamed response that settles however it ends, and for the stored objects' routes,
+their 404 and the cursor of their lists. (Bodies: zerolayer.gateway.bodies.)"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from fastapi import Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from zerolayer.conversations import NotFound
@@ -23,20 +20,15 @@ from zerolayer.errors import (
     AuthenticationFailed,
     InvalidRequest,
     ObjectNotFound,
-    PayloadTooLarge,
-    RequestTimeout,
 )
 from zerolayer.store.keys import ApiKeyRecord, hash_key
 
 __all__ = [
     "KeyLookup",
     "error_response",
-    "validation_message",
     "authorise",
     "is_admin",
     "authorise_reader",
-    "read_body",
-    "read_json",
     "ClosingStream",
     "Cursor",
     "cursor",
@@ -50,20 +42,6 @@ KeyLookup = Callable[[str], Awaitable[ApiKeyRecord | None]]
 def error_response(exc: APIError) -> JSONResponse:
     """An APIError as the HTTP response OpenAI clients understand."""
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
-
-
-def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
-    """(message, param) of pydantic's validation errors: the first one, and how many more."""
-    first = errors[0]
-    raw = [str(p) for p in first.get("loc", ())]
-    what = {"path": "path parameter", "query": "query parameter"}.get(raw[0] if raw else "")
-    loc = raw[1:] if what or raw[:1] == ["body"] else raw
-    param = ".".join(loc) or None
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    if what:
-        return f"invalid {what} '{param}': {first.get('msg', 'invalid value')}{more}", param
-    where = f" at '{param}'" if param else ""
-    return f"invalid request body{where}: {first.get('msg', 'invalid value')}{more}", param
 
 
 async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
@@ -97,55 +75,6 @@ async def authorise_reader(
     if is_admin(request, admin_sha256):
         return None
     return await authorise(request, lookup_key)
-
-
-async def _capped(request: Request, max_bytes: int) -> bytes:
-    """The body, read piece by piece: 413 as soon as it passes max_bytes (a chunked body that
-    declares no length is never held whole)."""
-    raw = bytearray()
-    async for piece in request.stream():
-        raw += piece
-        if len(raw) > max_bytes:
-            raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
-    return bytes(raw)
-
-
-async def read_body(request: Request, max_bytes: int, timeout_s: float = 30.0) -> str:
-    """The request body as text: 413 over max_bytes (declared or while reading), 408 when the
-    client takes longer than timeout_s to send it, 400 if it is not UTF-8."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
-    try:
-        raw = await asyncio.wait_for(_capped(request, max_bytes), timeout_s)
-    except asyncio.TimeoutError as exc:
-        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from exc
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(
-            f"the request body is not valid UTF-8 (byte {exc.start}: {exc.reason})"
-        ) from exc
-
-
-async def read_json(
-    request: Request, model: type[BaseModel], max_bytes: int, timeout_s: float = 30.0
-) -> Any:
-    """The body parsed into `model`; OpenAI-format 400/408/413 errors otherwise."""
-    text = await read_body(request, max_bytes, timeout_s)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        message, param = validation_message([dict(e) for e in exc.errors()])
-        raise InvalidRequest(message, param=param) from exc
 
 
 class ClosingStream(StreamingResponse):

@@ -36,6 +36,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from zerolayer.errors import openai_error_body
+from zerolayer.gateway.bodies import replay
 from zerolayer.store import keyspace
 
 __all__ = ["Idempotency"]
@@ -132,7 +133,7 @@ class Idempotency:
             return
         body, more = await self._body(receive)
         if more:  # over the gateway's own limit: let the app refuse it as it does
-            await self.app(scope, _replay(body, True, receive), send)
+            await self.app(scope, replay(body, True, receive), send)
             return
         who = hashlib.sha256(headers.get(b"authorization", b"") + b"\0" + scope["path"].encode())
         name = keyspace.idempotency(
@@ -157,7 +158,7 @@ class Idempotency:
             return
         if not claimed:
             if kept is None:  # the first one was released just now: run this one as new
-                await self(scope, _replay(body, False, receive), send)
+                await self(scope, replay(body, False, receive), send)
                 return
             await self._answer_kept(send, json.loads(kept), digest)
             return
@@ -244,7 +245,7 @@ class Idempotency:
 
         keeper = asyncio.ensure_future(self._keep_claim(name, claim))
         try:
-            await self.app(scope, _replay(body, False, receive), capture)
+            await self.app(scope, replay(body, False, receive), capture)
         finally:
             keeper.cancel()
             if 200 <= status < 300 and size <= self.max_bytes and (complete or sent):
@@ -282,17 +283,3 @@ def _digest(body: bytes) -> str:
     except ValueError:
         canonical = body
     return hashlib.sha256(canonical).hexdigest()
-
-
-def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
-    """A receive that hands over the body read already, then the client's own messages."""
-    done = False
-
-    async def again() -> Message:
-        nonlocal done
-        if not done:
-            done = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return again

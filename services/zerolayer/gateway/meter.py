@@ -1,7 +1,7 @@
 """The meter of one gateway replica: the key's limits (requests and tokens per minute,
 concurrency, the month's budget) in two steps, the leases of the requests in flight (renewed,
 and swept for dead gateways), and every request's settlement with its usage event, retried in
-the background until Redis answers. The request path (zerolayer.gateway.flow) and the routes
+the background until Redis answers. The request path (zerolayer.gateway.pipeline) and the routes
 that bill without a tier (chunking) call it; it knows nothing of HTTP or of the tiers."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The Responses API: POST /v1/responses (continued by previous_response_id or on a
 conversation, whole or streamed), GET and DELETE /v1/responses/{id}, and its input items.
 
-A response runs through the same Flow as a chat completion (tier from the model id and plan,
-admission control, limits, settlement of what was delivered). What it depends on is written
+A response runs through the same Pipeline as a chat completion (tier from the model id and
+plan, admission control, limits, settlement of what was delivered), its history truncated to
+the context by the Truncate strategy (zerolayer.gateway.fit). What it depends on is written
 before its id reaches the client: the stored response (and the conversation's new items)
 before the JSON reply, or before the stream's last event. A response on a conversation holds
 the conversation while it is generated; a second one meanwhile is a 409 conversation_busy (its
@@ -32,20 +33,19 @@ from zerolayer.conversations import (
 )
 from zerolayer.errors import (
     APIError,
-    ContextLengthExceeded,
     ConversationBusy,
     EngineError,
     InvalidRequest,
     ObjectNotFound,
 )
-from zerolayer.gateway.flow import Flow, Opened, completion_budget
+from zerolayer.gateway.fit import Truncate
 from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.limits import retried
 from zerolayer.gateway.meter import Call, status_of
-from zerolayer.gateway.parts import prompt_ids
+from zerolayer.gateway.pipeline import Answered, Ask, Opened, Pipeline
 from zerolayer.gateway.response_bodies import CreateResponseRequest
 from zerolayer.gateway.response_objects import ResponseShape, outcome, response_usage
-from zerolayer.protocol import Delta, End, Failed, PromptInput, SamplingSpec
+from zerolayer.protocol import Delta, End, Failed, PromptInput
 from zerolayer.store.keys import ApiKeyRecord
 
 __all__ = ["Responder"]
@@ -68,14 +68,14 @@ class _Turn:
 
 
 class Responder:
-    """Creates responses (one per gateway replica, over its Flow) and stores them."""
+    """Creates responses (one per gateway replica, over its Pipeline) and stores them."""
 
-    def __init__(self, flow: Flow, store: ConversationStore):
-        self.flow = flow
+    def __init__(self, pipeline: Pipeline, store: ConversationStore):
+        self.pipeline = pipeline
         self.store = store
         # a conversation's lease: renewed every third while its response runs, so one whose
         # gateway died is free again this long after
-        self.lease_ms = int(flow.config.gateway.concurrency_lease_s * 1000)
+        self.lease_ms = int(pipeline.config.gateway.concurrency_lease_s * 1000)
 
     async def create(self, body: CreateResponseRequest, record: ApiKeyRecord) -> Response:
         """POST /v1/responses."""
@@ -84,19 +84,19 @@ class Responder:
             # the stored history is read while the limits are checked (one round trip less)
             loading = asyncio.ensure_future(self._turn(body, record, rid))
             try:
-                call = await self.flow.begin(record, body.model, rid, "responses")
+                call = await self.pipeline.begin(record, body.model, rid, "responses")
             except BaseException:
                 loading.add_done_callback(self._abandon)
                 raise
             try:
                 turn = await loading
             except BaseException as exc:
-                self.flow.meter.finish(call, 0, 0, status_of(exc))
+                self.pipeline.meter.finish(call, 0, 0, status_of(exc))
                 raise
             try:
                 return await self._run(body, turn, call)
             except BaseException as exc:
-                self.flow.meter.finish(
+                self.pipeline.meter.finish(
                     call, 0, 0, status_of(exc)
                 )  # no-op when it was settled already
                 if not turn.done:
@@ -183,86 +183,40 @@ class Responder:
         """Free the conversation a response held (in the background: it may be cancelled)."""
         self._stop_keeper(turn)
         if turn.conversation is not None:
-            self.flow.meter.later(self._unlock(turn.conversation, turn.rid))
+            self.pipeline.meter.later(self._unlock(turn.conversation, turn.rid))
 
     async def _unlock(self, cid: str, rid: str) -> None:
         """Release a conversation, retried until Redis answers (else its lease runs out)."""
         step = functools.partial(self.store.unlock, cid, rid)
-        await retried(step, f"releasing conversation {cid}", self.flow.meter.stopping)
-
-    async def _fit(
-        self, body: CreateResponseRequest, model: str, turn: _Turn
-    ) -> tuple[list[int], int, list[dict[str, str]]]:
-        """The prompt's token ids, max_tokens, and the history and input as messages (before
-        truncation). truncation 'disabled': a 400 stating both
-        numbers when the history and input do not fit; 'auto': the fewest oldest items are
-        dropped (never the instructions; at least the newest item stays)."""
-        cfg = self.flow.config
-        max_len = cfg.models[model].max_model_len
-        default = cfg.gateway.default_max_tokens
-        asked = body.max_output_tokens
-        messages = messages_of(turn.history + turn.new)  # one per item
-        head = [{"role": "system", "content": body.instructions}] if body.instructions else []
-
-        async def ids_without(dropped: int) -> list[int]:
-            prompt = PromptInput(messages=head + messages[dropped:])
-            return await prompt_ids(self.flow.backend, model, prompt)
-
-        def fits(n: int) -> bool:
-            return n + (asked if asked is not None else 1) <= max_len
-
-        ids = await ids_without(0)
-        if not fits(len(ids)):
-            if body.truncation == "disabled":
-                raise ContextLengthExceeded(
-                    f"this model's context is {max_len} tokens; the instructions, history and "
-                    f"input have {len(ids)} tokens and max_output_tokens asks for "
-                    f"{asked if asked is not None else 1} more (truncation 'auto' drops the "
-                    "oldest items)",
-                    param="input",
-                )
-            lo, hi = 1, len(messages) - 1  # drop at least one, keep at least the newest
-            best = None
-            while lo <= hi:  # the fewest items dropped that fit
-                mid = (lo + hi) // 2
-                cand = await ids_without(mid)
-                if fits(len(cand)):
-                    best, hi = cand, mid - 1
-                else:
-                    lo = mid + 1
-            if best is None:
-                raise ContextLengthExceeded(
-                    f"this model's context is {max_len} tokens; the instructions and the newest "
-                    f"item alone have more than {max_len - (asked or 1)} tokens",
-                    param="input",
-                )
-            ids = best
-        return ids, completion_budget(max_len, len(ids), asked, default), messages
+        await retried(step, f"releasing conversation {cid}", self.pipeline.meter.stopping)
 
     async def _run(self, body: CreateResponseRequest, turn: _Turn, call: Call) -> Response:
-        """The request on its tier (the caller settles it if this raises)."""
-        ids, max_tokens, messages = await self._fit(body, call.target.model, turn)
-        await self.flow.sized(call, len(ids), max_tokens)
-        self.flow.sample(call, PromptInput(messages=messages))
-        spec = SamplingSpec(
-            request_id=turn.rid,
-            prompt_token_ids=ids,
-            max_tokens=max_tokens,
+        """The request through the pipeline's remaining steps, its history truncated as the
+        body says (the caller settles it if this raises)."""
+        head = [{"role": "system", "content": body.instructions}] if body.instructions else []
+        ask = Ask(
+            body.model,
+            turn.rid,
+            "responses",
+            PromptInput(messages=head + messages_of(turn.history + turn.new)),  # one per item
+            max_tokens=body.max_output_tokens,
             temperature=body.temperature,
             top_p=body.top_p,
+            stream=bool(body.stream),
+            fit=Truncate(keep=len(head), auto=body.truncation == "auto"),
         )
-        call.dest = self.flow.route(call.target, len(ids))
+        answer = await self.pipeline.run(call, ask)
         shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
-        headers = self.flow.meter.headers(call)
-        if not body.stream:
-            end = await self.flow.completed(call, spec)
+        headers = self.pipeline.meter.headers(call)
+        if isinstance(answer, Answered):
+            end = answer.end
             status, incomplete = outcome(end.finish_reason)
             item = shape.output(end.text, status)
             usage = response_usage(end.prompt_tokens, end.completion_tokens)
             obj = shape.resource(status, [item], usage, incomplete=incomplete)
             await self._keep(turn, obj, item, finished=True)
             return JSONResponse(obj, headers=headers)
-        opened = await self.flow.opened(call, spec)
+        opened = answer
 
         def on_close() -> None:
             opened.on_close()
@@ -303,7 +257,7 @@ class Responder:
             ) from exc
         finally:
             if turn.conversation is not None and not added:
-                self.flow.meter.later(self._unlock(turn.conversation, turn.rid))
+                self.pipeline.meter.later(self._unlock(turn.conversation, turn.rid))
 
     async def _events(self, shape: ResponseShape, o: Opened, turn: _Turn) -> AsyncIterator[bytes]:
         """The stream's events. on_end is called once however it ends; the response is stored
@@ -372,7 +326,7 @@ class Responder:
                     incomplete={"reason": "client_disconnected"},
                 )
                 turn.done = True
-                self.flow.meter.later(self._keep_late(turn, obj, item))
+                self.pipeline.meter.later(self._keep_late(turn, obj, item))
             await o.events.aclose()
 
     async def _keep_late(self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any]) -> None:

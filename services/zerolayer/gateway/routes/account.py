@@ -11,6 +11,7 @@ from fastapi import APIRouter
 
 from zerolayer.config import PlanConfig, usd_text
 from zerolayer.errors import PermissionDenied
+from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CurrentKey, Parts
 from zerolayer.gateway.limits import month_of
 
@@ -37,7 +38,7 @@ def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
     }
 
 
-router = APIRouter()
+router = APIRouter(route_class=BodyRoute)
 
 
 @router.get("/v1/account")

@@ -9,22 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from zerolayer.errors import InvalidRequest
 from zerolayer.gateway.admin import key_call, revoke_and_purge
-from zerolayer.gateway.deps import AdminKeys, LedgerDep, Parts, admin_keys, body_of
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import AdminKeys, LedgerDep, Parts, admin_keys
 from zerolayer.gateway.limits import month_of
-from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 
 __all__ = ["billing_router", "router"]
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(admin_keys)])
+router = APIRouter(prefix="/admin", dependencies=[Depends(admin_keys)], route_class=BodyRoute)
 # mounted where the gateway keeps a ledger
-billing_router = APIRouter(prefix="/admin", dependencies=[Depends(admin_keys)])
+billing_router = APIRouter(
+    prefix="/admin", dependencies=[Depends(admin_keys)], route_class=BodyRoute
+)
 
 
 def _plan_of(parts: GatewayParts, name: str) -> str:
@@ -45,10 +47,9 @@ async def admin_account(parts: Parts) -> dict[str, Any]:
     return {"object": "account", "admin": True, "plans": list(parts.config.plans)}
 
 
-@router.post("/keys", status_code=201, openapi_extra=body_schema(CreateKeyRequest))
-async def create_key(request: Request, store: AdminKeys, parts: Parts) -> JSONResponse:
+@router.post("/keys", status_code=201)
+async def create_key(body: CreateKeyRequest, store: AdminKeys, parts: Parts) -> JSONResponse:
     """A new API key on a plan, of a new tenant or of a given one; the key is shown once."""
-    body = await body_of(request, CreateKeyRequest)
     key, record = await key_call(store.create, _plan_of(parts, body.plan), body.name, body.tenant)
     return JSONResponse({"key": key, **record.public()}, status_code=201)
 
@@ -71,12 +72,11 @@ async def revoke_key(store: AdminKeys, key_id: str, parts: Parts) -> dict[str, A
     return await revoke_and_purge(parts, store, key_id)
 
 
-@router.patch("/keys/{key_id}", openapi_extra=body_schema(ChangePlanRequest))
+@router.patch("/keys/{key_id}")
 async def change_key(
-    request: Request, store: AdminKeys, key_id: str, parts: Parts
+    body: ChangePlanRequest, store: AdminKeys, key_id: str, parts: Parts
 ) -> dict[str, Any]:
     """A new plan, label and/or traffic sampling; opting out deletes what was kept."""
-    body = await body_of(request, ChangePlanRequest)
     given = body.model_fields_set & {"plan", "name", "sample_traffic"}
     if not given or ("plan" in given and body.plan is None):
         raise InvalidRequest("give a plan, name, sample_traffic, or any of them", param="plan")

@@ -1,23 +1,28 @@
 """OpenAI's completion routes: POST /v1/chat/completions and POST /v1/completions. Each is an
-adapter over the request path (zerolayer.gateway.flow): the pipeline answers with protocol
-values (a whole End, or a stream opened on a replica), which become OpenAI's JSON or its
-server-sent events here."""
+adapter over the request path (zerolayer.gateway.pipeline): the body becomes an Ask (a long
+chat prompt refused or, opted in, summarised), and the pipeline answers with protocol values (a
+whole End, or a stream opened on a replica), which become OpenAI's JSON or its server-sent
+events here."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+import uuid
+
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from zerolayer.gateway.deps import CurrentKey, FlowDep, body_of
-from zerolayer.gateway.flow import Answered, Opened
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import CurrentKey, PipelineDep
+from zerolayer.gateway.fit import Fit, Refuse, Summarize
 from zerolayer.gateway.http import ClosingStream
-from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.pipeline import Answered, Ask, Opened
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream
+from zerolayer.protocol import PromptInput
 
-__all__ = ["router", "http_answer"]
+__all__ = ["router", "ask_of", "http_answer"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=BodyRoute)
 
 
 def http_answer(
@@ -44,25 +49,51 @@ def http_answer(
     )
 
 
+def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
+    """What a completion request asks of its tier."""
+    s = body.sampling()
+    if isinstance(body, ChatCompletionRequest):
+        rid, endpoint = "chatcmpl-" + uuid.uuid4().hex, "chat.completions"
+        text = PromptInput(messages=[{"role": m.role, "content": m.text()} for m in body.messages])
+        fit: Fit = Summarize() if body.long_prompt == "summarize" else Refuse()
+    else:
+        rid, endpoint = "cmpl-" + uuid.uuid4().hex, "completions"
+        text, fit = PromptInput(prompt=body.one_prompt()), Refuse()
+    return Ask(
+        body.model,
+        rid,
+        endpoint,
+        text,
+        max_tokens=s["max_tokens"],
+        temperature=s["temperature"],
+        top_p=s["top_p"],
+        seed=s["seed"],
+        stop=tuple(s["stop"] or ()),
+        stream=bool(body.stream),
+        fit=fit,
+    )
+
+
 async def _complete(
-    request: Request,
-    record: CurrentKey,
-    flow: FlowDep,
-    model: type[ChatCompletionRequest] | type[CompletionRequest],
+    body: ChatCompletionRequest | CompletionRequest, record: CurrentKey, pipeline: PipelineDep
 ) -> Response:
-    body = await body_of(request, model)
-    answer = await flow(body, record)
-    headers = flow.meter.headers(answer.call)
-    return http_answer(answer, model is ChatCompletionRequest, headers, body.include_usage())
+    answer = await pipeline(ask_of(body), record)
+    headers = pipeline.meter.headers(answer.call)
+    chat = isinstance(body, ChatCompletionRequest)
+    return http_answer(answer, chat, headers, body.include_usage())
 
 
-@router.post("/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
-async def chat_completions(request: Request, record: CurrentKey, flow: FlowDep) -> Response:
+@router.post("/chat/completions")
+async def chat_completions(
+    body: ChatCompletionRequest, record: CurrentKey, pipeline: PipelineDep
+) -> Response:
     """Answer a conversation, whole or streamed."""
-    return await _complete(request, record, flow, ChatCompletionRequest)
+    return await _complete(body, record, pipeline)
 
 
-@router.post("/completions", openapi_extra=body_schema(CompletionRequest))
-async def completions(request: Request, record: CurrentKey, flow: FlowDep) -> Response:
+@router.post("/completions")
+async def completions(
+    body: CompletionRequest, record: CurrentKey, pipeline: PipelineDep
+) -> Response:
     """Continue a text prompt, whole or streamed."""
-    return await _complete(request, record, flow, CompletionRequest)
+    return await _complete(body, record, pipeline)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
+from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.console import console_file
 
 __all__ = ["router"]
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=BodyRoute)
 
 
 @router.get("/console")

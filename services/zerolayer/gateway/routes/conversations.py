@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from zerolayer.conversations import input_items, new_id
-from zerolayer.gateway.deps import ConversationsDep, Tenant, body_of
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import ConversationsDep, Tenant
 from zerolayer.gateway.http import Cursor, cursor, found
-from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
     CreateConversationRequest,
@@ -21,13 +21,14 @@ from zerolayer.gateway.response_bodies import (
 __all__ = ["router"]
 
 
-router = APIRouter(prefix="/v1/conversations")
+router = APIRouter(prefix="/v1/conversations", route_class=BodyRoute)
 
 
-@router.post("", openapi_extra=body_schema(CreateConversationRequest))
-async def create(request: Request, owner: Tenant, store: ConversationsDep) -> dict[str, Any]:
+@router.post("")
+async def create(
+    body: CreateConversationRequest, owner: Tenant, store: ConversationsDep
+) -> dict[str, Any]:
     """Create a conversation, with up to 20 first items."""
-    body = await body_of(request, CreateConversationRequest)
     items = input_items(body.items or [], "items")
     return await store.create_conversation(owner, new_id("conv"), body.metadata or {}, items)
 
@@ -38,12 +39,11 @@ async def retrieve(owner: Tenant, store: ConversationsDep, conversation_id: str)
     return await found(store.conversation(owner, conversation_id))
 
 
-@router.post("/{conversation_id}", openapi_extra=body_schema(UpdateConversationRequest))
+@router.post("/{conversation_id}")
 async def update(
-    request: Request, owner: Tenant, store: ConversationsDep, conversation_id: str
+    body: UpdateConversationRequest, owner: Tenant, store: ConversationsDep, conversation_id: str
 ) -> dict[str, Any]:
     """Replace a conversation's metadata."""
-    body = await body_of(request, UpdateConversationRequest)
     return await found(store.update_conversation(owner, conversation_id, body.metadata or {}))
 
 
@@ -54,12 +54,11 @@ async def delete(owner: Tenant, store: ConversationsDep, conversation_id: str) -
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
 
-@router.post("/{conversation_id}/items", openapi_extra=body_schema(AddItemsRequest))
+@router.post("/{conversation_id}/items")
 async def add_items(
-    request: Request, owner: Tenant, store: ConversationsDep, conversation_id: str
+    body: AddItemsRequest, owner: Tenant, store: ConversationsDep, conversation_id: str
 ) -> dict[str, Any]:
     """Add up to 20 items to a conversation."""
-    body = await body_of(request, AddItemsRequest)
     items = input_items(body.items, "items")
     await found(store.add_items(owner, conversation_id, items))
     return {

@@ -7,12 +7,13 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
-from zerolayer.gateway.deps import CatalogDep, FlowDep, Parts
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import CatalogDep, Parts, PipelineDep
 from zerolayer.gateway.live import render_live
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=BodyRoute)
 
 _PROMETHEUS = "text/plain; version=0.0.4"
 
@@ -25,9 +26,9 @@ async def healthz(parts: Parts) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(parts: Parts, flow: FlowDep, catalog: CatalogDep) -> PlainTextResponse:
+async def metrics(parts: Parts, pipeline: PipelineDep, catalog: CatalogDep) -> PlainTextResponse:
     """Every counter and histogram, this replica's queue waits, and the live signals."""
-    waits = {str(t): flow.admission.wait_s(str(t)) for t in catalog.served()}
+    waits = {str(t): pipeline.admission.wait_s(str(t)) for t in catalog.served()}
     up = "# HELP zerolayer_redis_up 1 when this gateway reaches Redis\n"
     up += "# TYPE zerolayer_redis_up gauge\nzerolayer_redis_up {}\n"
     try:

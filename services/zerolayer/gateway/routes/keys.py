@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from zerolayer.errors import InvalidRequest
 from zerolayer.gateway.admin import KeyNotFound, key_call, revoke_and_purge
-from zerolayer.gateway.deps import CurrentKey, Parts, body_of
-from zerolayer.gateway.openapi import body_schema
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import CurrentKey, Parts
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.schemas import RenameKeyRequest
 from zerolayer.store.keys import ApiKeyRecord, KeyStore
@@ -27,7 +27,7 @@ from zerolayer.store.keys import ApiKeyRecord, KeyStore
 __all__ = ["router"]
 
 
-router = APIRouter(prefix="/v1/keys")
+router = APIRouter(prefix="/v1/keys", route_class=BodyRoute)
 
 
 def _store(parts: GatewayParts) -> KeyStore:
@@ -57,10 +57,11 @@ async def list_keys(caller: CurrentKey, parts: Parts) -> dict[str, Any]:
     return {"object": "list", "data": [_view(r, caller) for r in records]}
 
 
-@router.patch("/{key_id}", openapi_extra=body_schema(RenameKeyRequest))
-async def rename_key(request: Request, key_id: str, caller: OwnKey, parts: Parts) -> dict[str, Any]:
+@router.patch("/{key_id}")
+async def rename_key(
+    body: RenameKeyRequest, key_id: str, caller: OwnKey, parts: Parts
+) -> dict[str, Any]:
     """A new label for one of the tenant's keys."""
-    body = await body_of(request, RenameKeyRequest)
     return _view(await key_call(_store(parts).set_name, key_id, body.name), caller)
 
 

@@ -8,21 +8,22 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from zerolayer.gateway.deps import CatalogDep, FlowDep, Parts, Reader
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import CatalogDep, Parts, PipelineDep, Reader
 from zerolayer.gateway.metrics import tier_stats
 from zerolayer.store.tiers import state_of
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=BodyRoute)
 
 
 @router.get("/v1/models")
 async def models(
-    record: Reader, parts: Parts, flow: FlowDep, catalog: CatalogDep
+    record: Reader, parts: Parts, pipeline: PipelineDep, catalog: CatalogDep
 ) -> dict[str, Any]:
     """The catalogue, as OpenAI's list of models with zerolayer's tier cards on each."""
-    states = await flow.states() or {}
+    states = await pipeline.states() or {}
     ready = [t for t in catalog.served() if state_of(states, t).ready]
     cards = await parts.backend.cards(ready)
     if parts.live is not None:  # the live signals' verdicts go on each card

@@ -8,22 +8,24 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from zerolayer.gateway.deps import CatalogDep, FlowDep, Parts, admin_keys
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import CatalogDep, Parts, PipelineDep, admin_keys
 from zerolayer.gateway.metrics import finished_by_tier, tier_stats
 from zerolayer.gateway.operations import QUIET, alerts_of
 from zerolayer.store.tiers import state_of
 
 __all__ = ["router"]
 
-router = APIRouter(dependencies=[Depends(admin_keys)])  # the admin key, before anything else
+# the admin key, before anything else
+router = APIRouter(dependencies=[Depends(admin_keys)], route_class=BodyRoute)
 
 
 @router.get("/admin/operations")
-async def operations(parts: Parts, flow: FlowDep, catalog: CatalogDep) -> dict[str, Any]:
+async def operations(parts: Parts, pipeline: PipelineDep, catalog: CatalogDep) -> dict[str, Any]:
     """Per served tier, live: state, requests, sheds, endings, latencies, queue wait, tokens;
     and the collapse alerts."""
     served = [str(t) for t in catalog.served()]
-    states = await flow.states() or {}
+    states = await pipeline.states() or {}
     stats = await tier_stats(parts.metrics)
     ended = await finished_by_tier(parts.metrics)
     live = await parts.live.report(served) if parts.live is not None else {}
@@ -48,7 +50,7 @@ async def operations(parts: Parts, flow: FlowDep, catalog: CatalogDep) -> dict[s
                 "ttft_s": s.get("ttft_s"),
                 "tpot_s": s.get("tpot_s"),
                 "tokens_per_s": s.get("tokens_per_s"),
-                "queue_wait_s": flow.admission.wait_s(name),
+                "queue_wait_s": pipeline.admission.wait_s(name),
                 "prompt_tokens": int(s.get("prompt_tokens") or 0),
                 "completion_tokens": int(s.get("completion_tokens") or 0),
                 "alerts": len(tier_alerts),

@@ -7,24 +7,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from zerolayer.conversations import page
-from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ResponderDep, body_of
+from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ResponderDep
 from zerolayer.gateway.http import Cursor, cursor, found
-from zerolayer.gateway.openapi import body_schema
 from zerolayer.gateway.response_bodies import CreateResponseRequest
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/responses")
+router = APIRouter(prefix="/v1/responses", route_class=BodyRoute)
 
 
-@router.post("", openapi_extra=body_schema(CreateResponseRequest))
-async def create(request: Request, record: CurrentKey, responder: ResponderDep) -> Response:
+@router.post("")
+async def create(
+    body: CreateResponseRequest, record: CurrentKey, responder: ResponderDep
+) -> Response:
     """Generate a response, and store it before its id reaches the client."""
-    return await responder.create(await body_of(request, CreateResponseRequest), record)
+    return await responder.create(body, record)
 
 
 @router.get("/{response_id}")

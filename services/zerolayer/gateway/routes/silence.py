@@ -10,13 +10,16 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import SilenceDep, reader
 from zerolayer.gateway.silence import share_param
 
 __all__ = ["router"]
 
 # an API key or the admin key, before anything else
-router = APIRouter(prefix="/v1/models/{model}/silence_map", dependencies=[Depends(reader)])
+router = APIRouter(
+    prefix="/v1/models/{model}/silence_map", dependencies=[Depends(reader)], route_class=BodyRoute
+)
 
 
 @router.get("")

@@ -34,6 +34,7 @@ from zerolayer.billing.ledger import (
 )
 from zerolayer.errors import InvalidRequest
 from zerolayer.gateway.admin import key_call
+from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import AdminKeys, LedgerDep, current_tenant
 from zerolayer.gateway.http import query_value
 
@@ -86,7 +87,7 @@ LOG_CSV_ROWS = 100_000  # the most rows one CSV export of it holds
 
 def _billing_routes(base: str, who: Who) -> APIRouter:
     """The usage and invoice routes under `base`, for the tenant `who` gives."""
-    router = APIRouter()
+    router = APIRouter(route_class=BodyRoute)
     clock = time.time
 
     @router.get(base + "/usage")

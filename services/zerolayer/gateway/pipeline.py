@@ -1,9 +1,20 @@
-"""The request path of a completion, with no HTTP in it: the tier (model id and plan),
-admission control, tokens and the completion budget (or a map-reduce summary of a long prompt),
-length-aware routing and dispatch to the tier replica, answering with protocol values (the
-whole End, or the opened stream). Its Meter (zerolayer.gateway.meter) counts the request
-against the key's limits and settles what was delivered; the routes turn the answer into HTTP
-(zerolayer.gateway.routes.completions), and the Responses API adapts the same steps."""
+"""The one request path to a tier, with no HTTP in it. Every endpoint that asks a tier for text
+(chat and text completions, the Responses API) hands it an `Ask` and gets protocol values back;
+its steps, in order:
+
+1. resolve the tier (the model id and the plan's rules, the tier board),
+2. admit it (admission control: shedding by plan priority) and check the cheap limits,
+3. tokenize and budget it, with the endpoint's strategy for a prompt too long for the context
+   (zerolayer.gateway.fit: refuse, summarize, truncate),
+4. reserve its tokens and price against the key's limits,
+5. dispatch it to the tier (length-aware routing): the whole End (`Answered`), or the stream
+   opened on a replica (`Opened`) with the hooks that settle it.
+
+Chunking (POST /v1/chunks) asks no tier: chunk() and chunk_stream() resolve the model, count
+the call against the key's limits as a free one, and hand the text to the chunker.
+
+Its Meter (zerolayer.gateway.meter) counts the request against the key's limits and settles
+what was delivered; the routes turn the answer into HTTP (zerolayer.gateway.routes)."""
 
 from __future__ import annotations
 
@@ -11,16 +22,14 @@ import asyncio
 import logging
 import random
 import time
-import uuid
-from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import (
     APIError,
-    ContextLengthExceeded,
     EngineError,
     Overloaded,
     RateLimited,
@@ -29,40 +38,52 @@ from zerolayer.errors import (
 )
 from zerolayer.gateway.admission import Admission
 from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.chunks import Cut, CutDone, once, request_id, streamed
+from zerolayer.gateway.fit import Fit, Fitting, Refuse
 from zerolayer.gateway.meter import Call, Meter, status_of
-from zerolayer.gateway.parts import Backend, prompt_ids
-from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from zerolayer.gateway.summarize import SUMMARY_NOTE, SummaryJob, plan_summary
-from zerolayer.protocol import End, Failed, PromptInput, ReplicaEvent, SamplingSpec, Start, Target
+from zerolayer.gateway.parts import Backend
+from zerolayer.protocol import (
+    ChunkOptions,
+    Chunks,
+    End,
+    Failed,
+    PromptInput,
+    ReplicaEvent,
+    SamplingSpec,
+    Start,
+    Target,
+)
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
-__all__ = ["Answered", "Flow", "Opened", "completion_budget"]
+__all__ = ["Answered", "Ask", "Cutting", "Opened", "Pipeline"]
 
 log = logging.getLogger(__name__)
 
 
-def completion_budget(
-    max_model_len: int, prompt_tokens: int, asked: int | None, default_max_tokens: int
-) -> int:
-    """max_tokens of a request, decided once, here: what it asked for, else the default within
-    the context; raises ContextLengthExceeded (a 400 that states both numbers) when the prompt
-    leaves no room."""
-    room = max_model_len - prompt_tokens
-    if room < 1 or (asked is not None and asked > room):
-        raise ContextLengthExceeded(
-            f"this model's context is {max_model_len} tokens; the prompt has {prompt_tokens} "
-            f"tokens and max_tokens asks for {asked if asked is not None else 1} more",
-            param="max_tokens" if asked is not None and room >= 1 else "messages",
-        )
-    return asked if asked is not None else min(default_max_tokens, room)
+@dataclass(frozen=True)
+class Ask:
+    """What an endpoint asks of a tier, in protocol terms: the model id, the request's id and
+    endpoint (its usage event says), the prompt, its sampling, whether it streams, and the
+    strategy for a prompt too long for the context."""
+
+    model: str
+    rid: str
+    endpoint: str
+    text: PromptInput
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    fit: Fit = field(default_factory=Refuse)
 
 
-class Flow:
-    """Runs completion requests; one per gateway replica: the tier (model id and plan), admission
-    control, tokens and the completion budget, dispatch to the tier; its Meter counts each
-    request against the key's limits and settles it with its usage event."""
+class Pipeline:
+    """Runs the requests of one gateway replica through the steps of the module doc; its Meter
+    counts each against the key's limits and settles it with its usage event."""
 
     def __init__(
         self,
@@ -128,102 +149,96 @@ class Flow:
         )
         self.meter.metrics.inc("requests", str(call.target), call.record.plan)
 
-    async def __call__(
-        self, body: ChatCompletionRequest | CompletionRequest, record: ApiKeyRecord
-    ) -> Answered | Opened:
-        """A chat or text completion through every step: its whole answer (Answered), or its
-        stream opened on a replica (Opened). Protocol values only: the route makes the HTTP
-        answer of either."""
-        chat = isinstance(body, ChatCompletionRequest)
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        endpoint = "chat.completions" if chat else "completions"
+    async def __call__(self, ask: Ask, record: ApiKeyRecord) -> Answered | Opened:
+        """A request through every step: its whole answer (Answered), or its stream opened on
+        a replica (Opened). A failure is settled here and raised with the request's id."""
         try:
-            call = await self.begin(record, body.model, rid, endpoint)
+            call = await self.begin(record, ask.model, ask.rid, ask.endpoint)
             try:
-                return await self._run(body, call)
+                return await self.run(call, ask)
             except BaseException as exc:
                 self.meter.finish(call, 0, 0, status_of(exc))  # a no-op once it was settled
                 raise
         except APIError as exc:  # the app's handler answers it, with the request's id
-            exc.request_id = rid
+            exc.request_id = ask.rid
             raise
 
-    async def _run(
-        self, body: ChatCompletionRequest | CompletionRequest, call: Call
-    ) -> Answered | Opened:
-        target, rid = call.target, call.reservation.request_id
-        sampling = body.sampling()
-        if isinstance(body, ChatCompletionRequest):
-            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-            prompt = PromptInput(messages=messages)
-        else:
-            prompt = PromptInput(prompt=body.one_prompt())
-        ids = await prompt_ids(self.backend, target.model, prompt)
-        max_len = self.config.models[target.model].max_model_len
-        default = self.config.gateway.default_max_tokens
-        asked = sampling["max_tokens"]
-        price = self.config.plans[call.record.plan].prices[target.tier]
-        try:
-            max_tokens = completion_budget(max_len, len(ids), asked, default)
-        except ContextLengthExceeded as overflow:
-            if not (isinstance(body, ChatCompletionRequest) and body.long_prompt == "summarize"):
-                # the tokens were read: they count against the key's tokens per minute
-                await self.meter.reserve(call.record, call.reservation, len(ids), 0)
-                call.tokenized = len(ids)
-                raise
-            call.job = await plan_summary(
-                self.backend,
-                target.model,
-                self.route(target, 0),
-                rid,
-                prompt.messages or [],
-                max_len,
-                self.config.chunker.chunk_tokens,
-                self.config.chunker.summary_tokens,
-                overflow,
-                self.config.chunker.max_summary_chunks,
-                lambda: self.shed(call.record, target),
-            )
-        if call.job is None:
-            call.tokens_counted = await self.meter.reserve(
-                call.record,
-                call.reservation,
-                len(ids) + max_tokens,
-                price.nanos(len(ids), max_tokens),
-            )
-        else:
-            # one reservation for the whole job: every map call plus the final answer, and
-            # each map call counted as a request of the minute
-            job = call.job
-            reserve_prompt, reserve_completion = job.reserve()
-            reserve_prompt, reserve_completion = (
-                reserve_prompt + max_len,
-                reserve_completion + (asked or default),
-            )
-            call.tokens_counted = await self.meter.reserve(
-                call.record,
-                call.reservation,
-                reserve_prompt + reserve_completion,
-                price.nanos(reserve_prompt, reserve_completion),
-                extra=job.most_calls(),
-            )
-            ids = await self._summarised(job, target.model, prompt)
-            max_tokens = completion_budget(max_len, len(ids), asked, default)
-        self.meter.metrics.inc("requests", str(target), call.record.plan)
-        self.sample(call, prompt)
-        spec = SamplingSpec(
-            request_id=rid,
-            prompt_token_ids=ids,
-            max_tokens=max_tokens,
-            temperature=sampling["temperature"],
-            top_p=sampling["top_p"],
-            seed=sampling["seed"],
-            stop=list(sampling["stop"] or []),
+    async def run(self, call: Call, ask: Ask) -> Answered | Opened:
+        """The steps after begin(): fit, reserve, dispatch (the caller settles the call if
+        this raises)."""
+        target = call.target
+
+        def shed() -> None:
+            self.shed(call.record, target)
+
+        fitting = Fitting(
+            self.backend,
+            self.config,
+            self.meter,
+            call,
+            ask.max_tokens,
+            shed,
+            lambda n: self.route(target, n),
         )
-        call.dest = self.route(target, len(ids))
-        if not body.stream:
+        fitted = await ask.fit(fitting, ask.text)
+        if fitted.reserved:
+            self.meter.metrics.inc("requests", str(target), call.record.plan)
+        else:
+            await self.sized(call, len(fitted.ids), fitted.max_tokens)
+        self.sample(call, fitted.text)
+        spec = SamplingSpec(
+            request_id=ask.rid,
+            prompt_token_ids=fitted.ids,
+            max_tokens=fitted.max_tokens,
+            temperature=ask.temperature,
+            top_p=ask.top_p,
+            seed=ask.seed,
+            stop=list(ask.stop),
+        )
+        call.dest = self.route(target, len(fitted.ids))
+        if not ask.stream:
             return Answered(call, await self.completed(call, spec))
         return await self.opened(call, spec)
+
+    async def chunk(
+        self, record: ApiKeyRecord, model_id: str, texts: list[str], cut: ChunkOptions
+    ) -> tuple[Call, list[Chunks]]:
+        """Token-exact chunks of whole texts (zerolayer.gateway.chunks): the model, as a tier's
+        is resolved; both limit steps at once (chunking is free but counted; the texts' UTF-8
+        size, an upper bound of their tokens, is reserved); the chunker, in one call; settled
+        to the tokens cut."""
+        model = self.catalog.resolve(model_id, record.plan).model
+        most = sum(len(t.encode("utf-8")) for t in texts)  # a token is at least one byte
+        call = await self.meter.free(record, request_id(), model, most)
+        total, status = 0, "client_disconnect"
+        try:
+            got = await self.backend.chunk_all(model, texts, cut)
+            if isinstance(got, Failed):
+                got.raise_()
+            total = sum(c.tokens for ev in got for c in ev.chunks)
+            status = "ok"
+            return call, got
+        except BaseException as exc:
+            status = status_of(exc)
+            raise
+        finally:
+            self.meter.finish(call, total, 0, status)
+
+    async def chunk_stream(
+        self,
+        record: ApiKeyRecord,
+        model_id: str,
+        pieces: AsyncIterator[bytes],
+        options: dict[str, int],
+    ) -> Cutting:
+        """The chunks of a text that arrives in pieces, each once it is complete; counted as
+        chunk() is, and settled once however the stream ends."""
+        model = self.catalog.resolve(model_id, record.plan).model
+        call = await self.meter.free(record, request_id(), model, 0)
+        settle = once(lambda tokens, status: self.meter.finish(call, tokens, 0, status))
+        cuts = streamed(self.backend, self.config.chunker, model, pieces, options, settle)
+        # closed before the stream started: nothing was cut
+        return Cutting(call, cuts, lambda: settle(0, "client_disconnect"))
 
     def sample(self, call: Call, prompt: PromptInput) -> None:
         """Keep the prompt for recalibration, at the configured rate, if the key (else its plan)
@@ -246,13 +261,6 @@ class Flow:
                 log.warning("a sampled prompt was not kept: %s", type(exc).__name__)
 
         self.meter.later(keep())
-
-    async def _summarised(self, job: SummaryJob, model: str, prompt: PromptInput) -> list[int]:
-        """Run the map-reduce; the prompt ids with the summary in place."""
-        summary = await job.run()
-        messages = [dict(m) for m in prompt.messages or []]
-        messages[job.index]["content"] = SUMMARY_NOTE + summary
-        return await prompt_ids(self.backend, model, PromptInput(messages=messages))
 
     async def completed(self, call: Call, spec: SamplingSpec) -> End:
         """Run a request whole on its tier; settled and measured when it returns (a failure
@@ -373,4 +381,14 @@ class Opened:
     events: AsyncGenerator[ReplicaEvent, None]
     on_token: Callable[[], None]
     on_end: Callable[..., None]
+    on_close: Callable[[], None]
+
+
+@dataclass
+class Cutting:
+    """A streamed text being chunked: its call, its Cut values (then CutDone), and the hook
+    for the HTTP response closing before the stream started."""
+
+    call: Call
+    cuts: AsyncGenerator[Cut | CutDone, None]
     on_close: Callable[[], None]
