@@ -93,3 +93,28 @@ def test_many_threads_at_once_get_the_ids_one_thread_gets(tokenfix: Tokenfix) ->
         if ids != alone[(i + j) % 3]
     ]
     assert not wrong, f"{len(wrong)} of {8 * 60} tokenizations differ from a lone thread's"
+
+
+def test_only_a_long_prompt_is_handed_to_a_thread(
+    tokenfix: Tokenfix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zerolayer.tokenfix import service
+
+    handed: list[int] = []
+    real = asyncio.to_thread
+
+    async def counted(fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        handed.append(1)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(service.asyncio, "to_thread", counted)
+    short = PromptInput(messages=[{"role": "user", "content": "Hi there"}])
+    long = PromptInput(messages=[{"role": "user", "content": "word " * service.INLINE_CHARS}])
+    got_short = asyncio.run(tokenfix.prepare("smollm2-135m", short))
+    assert handed == []
+    got_long = asyncio.run(tokenfix.prepare("smollm2-135m", long))
+    assert handed == [1]
+    # the same ids either way
+    assert not isinstance(got_short, Failed) and not isinstance(got_long, Failed)
+    assert got_short.token_ids == tokenfix.token_ids("smollm2-135m", short)
+    assert got_long.token_ids == tokenfix.token_ids("smollm2-135m", long)

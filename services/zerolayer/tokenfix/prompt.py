@@ -11,6 +11,11 @@ from zerolayer.errors import InvalidRequest
 
 __all__ = ["PromptBuilder", "check_token_ids"]
 
+# a message's mark in the rendered template: a nonce of 16 hex digits and the message's index
+# (one compiled pattern: a pattern made per request, with its nonce in it, is compiled every
+# time, which cost more than the tokenizing)
+_MARK = re.compile("\ue000([0-9a-f]{16})(\\d+)\ue001")
+
 
 def check_token_ids(ids: list[int], vocab: int) -> None:
     """InvalidRequest when a token id is outside the vocabulary [0, vocab)."""
@@ -59,8 +64,8 @@ class PromptBuilder:
         nonce = secrets.token_hex(8)
         marked = [{**m, "content": f"\ue000{nonce}{i}\ue001"} for i, m in enumerate(messages)]
         rendered = self._render(marked)
-        found = list(re.finditer("\ue000" + nonce + r"(\d+)\ue001", rendered))
-        if sorted(int(f.group(1)) for f in found) != list(range(len(messages))):
+        found = [f for f in _MARK.finditer(rendered) if f.group(1) == nonce]
+        if sorted(int(f.group(2)) for f in found) != list(range(len(messages))):
             # a template that changes the text it is given: render the texts themselves, with
             # every special-token string taken out of them first
             return self._encode(
@@ -70,7 +75,7 @@ class PromptBuilder:
         at = 0
         for f in found:
             ids += self._encode(rendered[at : f.start()])
-            text = messages[int(f.group(1))].get("content") or ""
+            text = messages[int(f.group(2))].get("content") or ""
             ids += self._encode(text, as_text=True)
             at = f.end()
         return ids + self._encode(rendered[at:])
