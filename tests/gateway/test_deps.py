@@ -5,8 +5,11 @@ are named here."""
 
 from __future__ import annotations
 
+import inspect
 import re
+from typing import Any
 
+from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 from zerolayer.gateway.bodies import BodyRoute
 
@@ -75,3 +78,33 @@ def test_every_route_decodes_its_body_one_way(gateway: Gateway) -> None:
         if isinstance(r, APIRoute) and not isinstance(r, BodyRoute)
     ]
     assert plain == []
+
+
+def _sync_dependencies(dependant: Any, seen: set[str]) -> None:
+    for dep in dependant.dependencies:
+        call = dep.call
+        if call is not None and not inspect.iscoroutinefunction(call):
+            seen.add(getattr(call, "__qualname__", repr(call)))
+        _sync_dependencies(dep, seen)
+
+
+def sync_dependencies(routes: list[Any]) -> set[str]:
+    """The dependencies of these routes that are plain functions (FastAPI runs each in a
+    worker thread, a hand-off per request)."""
+    seen: set[str] = set()
+    for route in routes:
+        if isinstance(route, APIRoute):
+            _sync_dependencies(route.dependant, seen)
+    return seen
+
+
+def test_every_dependency_runs_on_the_event_loop(gateway: Gateway) -> None:
+    assert sync_dependencies(gateway.app.routes) == set()
+
+    def plain(request: Request) -> int:
+        return 1
+
+    gateway.app.add_api_route("/v1/planted", lambda x=Depends(plain): x, methods=["GET"])
+    assert sync_dependencies(gateway.app.routes) == {
+        "test_every_dependency_runs_on_the_event_loop.<locals>.plain"
+    }

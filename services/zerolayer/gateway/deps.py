@@ -3,7 +3,9 @@ its tenant, the admin key and the key store it unlocks, either kind of key for t
 readers) and for the replica's parts it works with (the request path, the catalogue, the
 stores). A route declares them as parameters (`record: CurrentKey`, `pipeline: PipelineDep`)
 and never authorises by hand. They read the replica's parts from `app.state`, which create_app
-sets. Bodies are the routes' pydantic parameters (zerolayer.gateway.bodies)."""
+sets. Bodies are the routes' pydantic parameters (zerolayer.gateway.bodies). Every dependency
+is a coroutine function: FastAPI runs a plain function's dependency in a worker thread, a
+hand-off per request that costs more than the dependency."""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ __all__ = [
     "body_of",
     "current_key",
     "current_tenant",
+    "parts_dep",
     "parts_of",
     "reader",
 ]
@@ -81,7 +84,7 @@ def admin_guard(parts: GatewayParts, request: Request) -> KeyStore:
     return parts.keys
 
 
-def admin_keys(request: Request) -> KeyStore:
+async def admin_keys(request: Request) -> KeyStore:
     """The admin key's dependency: the key store it unlocks."""
     return admin_guard(parts_of(request), request)
 
@@ -105,37 +108,37 @@ async def body_of(request: Request, model: type[M]) -> M:
     return parse(await request.body(), request.headers.get("content-type"), model)
 
 
-def pipeline_of(request: Request) -> Pipeline:
+async def pipeline_of(request: Request) -> Pipeline:
     """The replica's request path (limits, admission, dispatch, settlement)."""
     pipeline: Pipeline = request.app.state.pipeline
     return pipeline
 
 
-def meter_of(request: Request) -> Meter:
+async def meter_of(request: Request) -> Meter:
     """The replica's meter (limits, leases, settlement, usage events)."""
     meter: Meter = request.app.state.meter
     return meter
 
 
-def catalog_of(request: Request) -> Catalog:
+async def catalog_of(request: Request) -> Catalog:
     """The replica's catalogue of models and tiers."""
     catalog: Catalog = request.app.state.catalog
     return catalog
 
 
-def responder_of(request: Request) -> Responder:
+async def responder_of(request: Request) -> Responder:
     """The replica's Responses API runner (only where conversations are kept)."""
     responder: Responder = request.app.state.responder
     return responder
 
 
-def silence_of(request: Request) -> SilenceMaps:
+async def silence_of(request: Request) -> SilenceMaps:
     """The replica's silence maps."""
     maps: SilenceMaps = request.app.state.silence
     return maps
 
 
-def conversations_of(request: Request) -> ConversationStore:
+async def conversations_of(request: Request) -> ConversationStore:
     """The conversation store (its routes are mounted only where one is configured)."""
     store = parts_of(request).conversations
     if store is None:
@@ -143,7 +146,7 @@ def conversations_of(request: Request) -> ConversationStore:
     return store
 
 
-def ledger_of(request: Request) -> Ledger:
+async def ledger_of(request: Request) -> Ledger:
     """The billing ledger (its routes are mounted only where one is configured)."""
     ledger = parts_of(request).ledger
     if ledger is None:
@@ -151,7 +154,12 @@ def ledger_of(request: Request) -> Ledger:
     return ledger
 
 
-Parts = Annotated[GatewayParts, Depends(parts_of)]
+async def parts_dep(request: Request) -> GatewayParts:
+    """parts_of, as a dependency."""
+    return parts_of(request)
+
+
+Parts = Annotated[GatewayParts, Depends(parts_dep)]
 PipelineDep = Annotated[Pipeline, Depends(pipeline_of)]
 MeterDep = Annotated[Meter, Depends(meter_of)]
 CatalogDep = Annotated[Catalog, Depends(catalog_of)]

@@ -136,14 +136,7 @@ class Summarize:
         prompt, completion = job.reserve()
         prompt += f.max_len
         completion += f.asked or f.config.gateway.default_max_tokens
-        price = f.config.plans[call.record.plan].prices[call.target.tier]
-        call.tokens_counted = await f.meter.reserve(
-            call.record,
-            call.reservation,
-            prompt + completion,
-            price.nanos(prompt, completion),
-            extra=job.most_calls(),
-        )
+        await f.meter.priced(call, prompt, completion, extra=job.most_calls())
         summary = await job.run()
         messages = [dict(m) for m in text.messages or []]
         messages[job.index]["content"] = SUMMARY_NOTE + summary

@@ -128,7 +128,7 @@ class Cursor:
     after: str | None
 
 
-def cursor(
+async def cursor(
     limit: int = Query(default=20, ge=1, le=100, description="Items per page"),
     order: Literal["asc", "desc"] = Query(default="desc", description="Oldest first: asc"),
     after: str | None = Query(default=None, description="The id of the item before"),

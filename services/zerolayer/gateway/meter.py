@@ -122,6 +122,18 @@ class Meter:
             self.metrics.inc("limited", exc.code or "", record.plan)
             raise
 
+    async def priced(self, call: Call, prompt: int, completion: int, extra: int = 0) -> None:
+        """Reserve a call on its tier: prompt + completion tokens at the plan's price for the
+        tier (and `extra` more requests of the minute); the minute's count goes on the call."""
+        price = self.config.plans[call.record.plan].prices[call.target.tier]
+        call.tokens_counted = await self.reserve(
+            call.record,
+            call.reservation,
+            prompt + completion,
+            price.nanos(prompt, completion),
+            extra,
+        )
+
     async def free(
         self, record: ApiKeyRecord, rid: str, model: str, tokens: int, endpoint: str = "chunks"
     ) -> Call:

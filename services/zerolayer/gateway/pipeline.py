@@ -140,13 +140,7 @@ class Pipeline:
 
     async def sized(self, call: Call, prompt_tokens: int, max_tokens: int) -> None:
         """The limits that need the request's size, then counted as a request of its tier."""
-        price = self.config.plans[call.record.plan].prices[call.target.tier]
-        call.tokens_counted = await self.meter.reserve(
-            call.record,
-            call.reservation,
-            prompt_tokens + max_tokens,
-            price.nanos(prompt_tokens, max_tokens),
-        )
+        await self.meter.priced(call, prompt_tokens, max_tokens)
         self.meter.metrics.inc("requests", str(call.target), call.record.plan)
 
     async def __call__(self, ask: Ask, record: ApiKeyRecord) -> Answered | Opened:

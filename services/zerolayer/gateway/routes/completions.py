@@ -16,6 +16,7 @@ from zerolayer.gateway.deps import CurrentKey, PipelineDep
 from zerolayer.gateway.fit import Fit, Refuse, Summarize
 from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.pipeline import Answered, Ask, Opened
+from zerolayer.gateway.replies import ChatCompletion, TextCompletion, streamed_reply
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream
 from zerolayer.protocol import PromptInput
@@ -83,7 +84,10 @@ async def _complete(
     return http_answer(answer, chat, headers, body.include_usage())
 
 
-@router.post("/chat/completions")
+@router.post(
+    "/chat/completions",
+    responses=streamed_reply(ChatCompletion, "data: {chat.completion.chunk} ... data: [DONE]"),
+)
 async def chat_completions(
     body: ChatCompletionRequest, record: CurrentKey, pipeline: PipelineDep
 ) -> Response:
@@ -91,7 +95,10 @@ async def chat_completions(
     return await _complete(body, record, pipeline)
 
 
-@router.post("/completions")
+@router.post(
+    "/completions",
+    responses=streamed_reply(TextCompletion, "data: {text_completion} ... data: [DONE]"),
+)
 async def completions(
     body: CompletionRequest, record: CurrentKey, pipeline: PipelineDep
 ) -> Response:

@@ -12,6 +12,7 @@ from zerolayer.conversations import input_items, new_id
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import ConversationsDep, Tenant
 from zerolayer.gateway.http import Cursor, cursor, found
+from zerolayer.gateway.replies import Conversation, ConversationDeleted, Item, ItemList, json_reply
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
     CreateConversationRequest,
@@ -24,7 +25,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/conversations", route_class=BodyRoute)
 
 
-@router.post("")
+@router.post("", responses=json_reply(Conversation))
 async def create(
     body: CreateConversationRequest, owner: Tenant, store: ConversationsDep
 ) -> dict[str, Any]:
@@ -33,13 +34,13 @@ async def create(
     return await store.create_conversation(owner, new_id("conv"), body.metadata or {}, items)
 
 
-@router.get("/{conversation_id}")
+@router.get("/{conversation_id}", responses=json_reply(Conversation))
 async def retrieve(owner: Tenant, store: ConversationsDep, conversation_id: str) -> dict[str, Any]:
     """A conversation of the tenant."""
     return await found(store.conversation(owner, conversation_id))
 
 
-@router.post("/{conversation_id}")
+@router.post("/{conversation_id}", responses=json_reply(Conversation))
 async def update(
     body: UpdateConversationRequest, owner: Tenant, store: ConversationsDep, conversation_id: str
 ) -> dict[str, Any]:
@@ -47,14 +48,14 @@ async def update(
     return await found(store.update_conversation(owner, conversation_id, body.metadata or {}))
 
 
-@router.delete("/{conversation_id}")
+@router.delete("/{conversation_id}", responses=json_reply(ConversationDeleted))
 async def delete(owner: Tenant, store: ConversationsDep, conversation_id: str) -> dict[str, Any]:
     """Delete a conversation and its items."""
     await found(store.delete_conversation(owner, conversation_id))
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
 
-@router.post("/{conversation_id}/items")
+@router.post("/{conversation_id}/items", responses=json_reply(ItemList))
 async def add_items(
     body: AddItemsRequest, owner: Tenant, store: ConversationsDep, conversation_id: str
 ) -> dict[str, Any]:
@@ -70,7 +71,7 @@ async def add_items(
     }
 
 
-@router.get("/{conversation_id}/items")
+@router.get("/{conversation_id}/items", responses=json_reply(ItemList))
 async def list_items(
     owner: Tenant,
     store: ConversationsDep,
@@ -82,7 +83,7 @@ async def list_items(
     return got.body()
 
 
-@router.get("/{conversation_id}/items/{item_id}")
+@router.get("/{conversation_id}/items/{item_id}", responses=json_reply(Item))
 async def retrieve_item(
     owner: Tenant, store: ConversationsDep, conversation_id: str, item_id: str
 ) -> Any:
@@ -90,7 +91,7 @@ async def retrieve_item(
     return await found(store.item(owner, conversation_id, item_id))
 
 
-@router.delete("/{conversation_id}/items/{item_id}")
+@router.delete("/{conversation_id}/items/{item_id}", responses=json_reply(Conversation))
 async def delete_item(
     owner: Tenant, store: ConversationsDep, conversation_id: str, item_id: str
 ) -> Any:

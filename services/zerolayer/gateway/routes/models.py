@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CatalogDep, Parts, PipelineDep, Reader
 from zerolayer.gateway.metrics import tier_stats
+from zerolayer.gateway.replies import ModelList, json_reply
 from zerolayer.store.tiers import state_of
 
 __all__ = ["router"]
@@ -18,7 +19,7 @@ __all__ = ["router"]
 router = APIRouter(route_class=BodyRoute)
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=json_reply(ModelList))
 async def models(
     record: Reader, parts: Parts, pipeline: PipelineDep, catalog: CatalogDep
 ) -> dict[str, Any]:

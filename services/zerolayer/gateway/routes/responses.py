@@ -14,6 +14,13 @@ from zerolayer.conversations import page
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ResponderDep
 from zerolayer.gateway.http import Cursor, cursor, found
+from zerolayer.gateway.replies import (
+    ItemList,
+    ResponseDeleted,
+    ResponseObject,
+    json_reply,
+    streamed_reply,
+)
 from zerolayer.gateway.response_bodies import CreateResponseRequest
 
 __all__ = ["router"]
@@ -21,7 +28,9 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/responses", route_class=BodyRoute)
 
 
-@router.post("")
+@router.post(
+    "", responses=streamed_reply(ResponseObject, "event: response.created ... response.completed")
+)
 async def create(
     body: CreateResponseRequest, record: CurrentKey, responder: ResponderDep
 ) -> Response:
@@ -29,20 +38,20 @@ async def create(
     return await responder.create(body, record)
 
 
-@router.get("/{response_id}")
+@router.get("/{response_id}", responses=json_reply(ResponseObject))
 async def retrieve(record: CurrentKey, response_id: str, store: ConversationsDep) -> dict[str, Any]:
     """A stored response of the tenant."""
     return (await found(store.response(record.owner, response_id))).obj
 
 
-@router.delete("/{response_id}")
+@router.delete("/{response_id}", responses=json_reply(ResponseDeleted))
 async def delete(record: CurrentKey, response_id: str, store: ConversationsDep) -> dict[str, Any]:
     """Delete a stored response."""
     await found(store.delete_response(record.owner, response_id))
     return {"id": response_id, "object": "response", "deleted": True}
 
 
-@router.get("/{response_id}/input_items")
+@router.get("/{response_id}/input_items", responses=json_reply(ItemList))
 async def input_items_of(
     record: CurrentKey,
     response_id: str,

@@ -1,0 +1,90 @@
+"""The reply bodies the routes OpenAI also has declare (zerolayer.gateway.replies) are what they
+send: each route's real reply validates against the model its OpenAPI document names for 200,
+and every such route names one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError, create_model
+from zerolayer.gateway.replies import ChatCompletion
+
+from tests.gateway.conftest import Gateway
+
+MODEL = "smollm2-135m"
+# OpenAI's routes the gateway has (the silence maps under /v1/models/ are zerolayer's own)
+SHARED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations")
+
+
+def declared(gateway: Gateway, method: str, path: str) -> type[BaseModel]:
+    """The model a route declares for its 200."""
+    for route in gateway.app.routes:
+        if isinstance(route, APIRoute) and route.path == path and method in route.methods:
+            model: type[BaseModel] = route.responses[200]["model"]
+            return model
+    raise AssertionError(f"no route {method} {path}")
+
+
+def check(gateway: Gateway, method: str, path: str, route: str | None = None, **kw: Any) -> Any:
+    """Call a route; its 200 reply validated against the model it declares."""
+    r = gateway.client.request(method, path, headers=gateway.auth, **kw)
+    assert r.status_code == 200, r.text
+    declared(gateway, method, route or path).model_validate(r.json())
+    return r.json()
+
+
+def test_every_shared_route_declares_its_reply(gateway: Gateway) -> None:
+    doc = gateway.app.openapi()
+    missing = []
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if not path.startswith(SHARED) and path != "/v1/models":
+                continue
+            schema = op["responses"]["200"]["content"].get("application/json", {}).get("schema")
+            if not schema or "$ref" not in schema:
+                missing.append(f"{method.upper()} {path}")
+    assert missing == []
+
+
+def test_completions_and_models_reply_as_declared(gateway: Gateway) -> None:
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    check(gateway, "POST", "/v1/chat/completions", json=chat)
+    check(gateway, "POST", "/v1/completions", json={"model": MODEL, "prompt": "Hi"})
+    listed = check(gateway, "GET", "/v1/models")
+    assert any(m["id"] == f"{MODEL}:baseline" for m in listed["data"])
+
+
+def test_responses_and_conversations_reply_as_declared(gateway: Gateway) -> None:
+    conv = check(gateway, "POST", "/v1/conversations", json={"metadata": {"a": "b"}})
+    cid = f"/v1/conversations/{conv['id']}"
+    c = "/v1/conversations/{conversation_id}"
+    check(gateway, "GET", cid, c)
+    check(gateway, "POST", cid, c, json={"metadata": {"a": "c"}})
+    added = check(
+        gateway,
+        "POST",
+        cid + "/items",
+        c + "/items",
+        json={"items": [{"role": "user", "content": "Hi"}]},
+    )
+    item = added["data"][0]["id"]
+    check(gateway, "GET", cid + "/items", c + "/items")
+    check(gateway, "GET", f"{cid}/items/{item}", c + "/items/{item_id}")
+    body = {"model": MODEL, "input": "Hello", "conversation": conv["id"], "max_output_tokens": 3}
+    resp = check(gateway, "POST", "/v1/responses", json=body)
+    rid, r = f"/v1/responses/{resp['id']}", "/v1/responses/{response_id}"
+    check(gateway, "GET", rid, r)
+    check(gateway, "GET", rid + "/input_items", r + "/input_items")
+    check(gateway, "DELETE", rid, r)
+    check(gateway, "DELETE", f"{cid}/items/{item}", c + "/items/{item_id}")
+    check(gateway, "DELETE", cid, c)
+
+
+def test_a_declared_field_the_reply_lacks_fails(gateway: Gateway) -> None:
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=chat)
+    stricter = create_model("Stricter", __base__=ChatCompletion, system_fingerprint=(str, ...))
+    with pytest.raises(ValidationError, match="system_fingerprint"):
+        stricter.model_validate(r.json())
