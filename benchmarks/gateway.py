@@ -4,7 +4,8 @@
         control, tokenfix (in the gateway, as platform/serve/local.yaml has it, or its own
         deployment with --tokenfix-deployment), replica handle call, settlement, metrics) -> replica
   bare: HTTP -> Ray Serve proxy -> a minimal ingress that templates and tokenizes the prompt and
-        makes one handle call to the same replica deployment
+        makes one handle call to the same replica deployment (logging as the platform's
+        applications do: no access-log line per request)
 
 Both answer the same chat request with the same 16 scripted tokens. Rounds alternate bare, full,
 bare, full ... at 1 and at 32 concurrent clients, after one warm-up round each; each round sends
@@ -18,6 +19,7 @@ At 32 clients both paths are bound by the machine's cores, so their latency rati
 CPU per request.
 
   .venv/bin/python benchmarks/gateway.py [--repeats 3] [--requests 320] [--tokenfix-deployment]
+                                         [--no-haproxy] [--out PATH]
 """
 
 from __future__ import annotations
@@ -55,10 +57,12 @@ BENCH_PLAN = {
 }
 
 
-def fake_config(cfg: Any, tokenfix_in_gateway: bool) -> Any:
+def fake_config(cfg: Any, tokenfix_in_gateway: bool, haproxy: bool = True) -> Any:
     """The platform config with one fake-engine tier and a benchmark plan."""
     data = cfg.model_dump()
     data["tokenfix"]["in_gateway"] = tokenfix_in_gateway
+    if not haproxy:  # HTTP through Ray's Python proxy actor, as before HAProxy was the default
+        data["ray"]["haproxy"] = False
     model = data["models"][cfg.default_model]
     model["tiers"] = {
         "baseline": {
@@ -182,6 +186,11 @@ def main() -> None:
         help="tokenfix as its own deployment (one more handle call) instead of inside the "
         "gateway, as platform/serve/local.yaml has it",
     )
+    ap.add_argument(
+        "--no-haproxy",
+        action="store_true",
+        help="HTTP through Ray's Python proxy actor instead of HAProxy (both paths)",
+    )
     ap.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
     args = ap.parse_args()
     mode = "deployment" if args.tokenfix_deployment else "in_gateway"
@@ -196,7 +205,7 @@ def main() -> None:
     from zerolayer.serve.app import deployment_name
     from zerolayer.serve.launcher import Platform
 
-    cfg = fake_config(load_config(), not args.tokenfix_deployment)
+    cfg = fake_config(load_config(), not args.tokenfix_deployment, not args.no_haproxy)
     platform = Platform(cfg).start()
     results: dict[str, Any] = {}
     try:
@@ -205,6 +214,8 @@ def main() -> None:
             bare_app(tier, tier, str(cfg.model_dir(cfg.default_model))),
             name="bare",
             route_prefix="/bare",
+            # as the platform's applications log: no access-log line per request
+            logging_config={"enable_access_log": False, "log_level": "WARNING"},
         )
         root = f"http://{cfg.host}:{cfg.port}"
         urls = {"bare": root + "/bare/v1/chat/completions", "full": root + "/v1/chat/completions"}
@@ -263,6 +274,7 @@ def main() -> None:
         "ratio_p50": at32["ratio_p50"],
         "target_ratio_p50": 1.5,
         "tokenfix": mode,
+        "http": "python proxy" if args.no_haproxy else "haproxy",
         "by_clients": results,
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
