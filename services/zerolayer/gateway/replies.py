@@ -1,9 +1,11 @@
-"""Reply bodies of the routes OpenAI also has, as pydantic models: the routes declare them
-(`responses=REPLY[...]`), so the OpenAPI document FastAPI writes says what each answers. They
-document; the routes build their replies as they always did (a model validated per reply would
-cost every request), and tests/gateway/test_replies.py checks that real replies validate
-against what is declared. Objects carry more than these fields where zerolayer adds its own
-(tier cards on models, the map-reduce summary's usage), so unknown fields are allowed."""
+"""Reply bodies of the customer-facing routes (those OpenAI also has, and zerolayer's own:
+chunks, account, keys, usage, the request log, invoices), as pydantic models. The routes declare
+them (`responses=json_reply(Model)`), so the OpenAPI document FastAPI writes says what each
+answers. They document; the routes build their replies as they always did (a model validated per
+reply would cost every request), and tests/gateway/test_replies.py checks that real replies
+validate against what is declared. Objects carry more than these fields where zerolayer adds its
+own (tier cards on models, the map-reduce summary's usage), so unknown fields are allowed. The
+operator's routes (/admin) are not described here."""
 
 from __future__ import annotations
 
@@ -12,7 +14,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "Account",
     "ChatCompletion",
+    "ChunkList",
+    "Invoice",
+    "InvoiceList",
+    "KeyList",
+    "RequestLog",
+    "TenantKey",
+    "UsageReport",
     "Conversation",
     "ConversationDeleted",
     "Item",
@@ -150,13 +160,117 @@ class ConversationDeleted(_Reply):
     deleted: bool
 
 
+class ChunkObject(_Reply):
+    """One chunk: its text, tokens, and character offsets into its input."""
+
+    object: Literal["chunk"]
+    index: int
+    input_index: int
+    text: str
+    tokens: int
+    start_char: int
+    end_char: int
+
+
+class ChunkList(_Reply):
+    """POST /v1/chunks with a JSON body."""
+
+    object: Literal["list"]
+    model: str
+    data: list[ChunkObject]
+    usage: dict[str, int]
+
+
+class KeyView(_Reply):
+    """An API key's record (never the key)."""
+
+    key_id: str
+    plan: str
+    name: str | None
+    created: int
+    revoked: bool
+    tenant: str
+
+
+class TenantKey(KeyView):
+    """One of the tenant's keys, and whether it is the one that asked."""
+
+    current: bool
+
+
+class KeyList(_Reply):
+    """GET /v1/keys."""
+
+    object: Literal["list"]
+    data: list[TenantKey]
+
+
+class Account(_Reply):
+    """GET /v1/account."""
+
+    object: Literal["account"]
+    key: KeyView
+    plan: dict[str, Any]
+    month: str
+    spent_usd: str
+    budget_usd: str | None
+    remaining_usd: str | None
+
+
+class UsageReport(_Reply):
+    """GET /v1/usage: tokens and cost per group (day, key, model, tier) and in all."""
+
+    object: Literal["usage"]
+    start: str
+    end: str
+    group_by: list[str]
+    data: list[dict[str, Any]]
+    totals: dict[str, Any]
+
+
+class RequestLog(_Reply):
+    """GET /v1/requests as JSON: a page of the request log, newest first."""
+
+    object: Literal["list"]
+    data: list[dict[str, Any]]
+    has_more: bool
+    next_cursor: str | None
+
+
+class InvoiceSummary(_Reply):
+    """A month's invoice in the list: its status and total."""
+
+    object: Literal["invoice"]
+    id: str
+    month: str
+    status: Literal["open", "closed"]
+    total_usd: str
+
+
+class InvoiceList(_Reply):
+    """GET /v1/invoices."""
+
+    object: Literal["list"]
+    data: list[InvoiceSummary]
+
+
+class Invoice(InvoiceSummary):
+    """GET /v1/invoices/{month} as JSON: its lines per model and tier."""
+
+    currency: str
+    lines: list[dict[str, Any]]
+    subtotal_usd: str
+
+
 def json_reply(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
     """A route's `responses=`: its 200 is `model` as JSON."""
     return {200: {"model": model}}
 
 
-def streamed_reply(model: type[BaseModel], what: str) -> dict[int | str, dict[str, Any]]:
-    """A route's `responses=`: its 200 is `model` as JSON, or with "stream": true the
-    server-sent events `what` describes."""
+def streamed_reply(
+    model: type[BaseModel], what: str, media_type: str = "text/event-stream"
+) -> dict[int | str, dict[str, Any]]:
+    """A route's `responses=`: its 200 is `model` as JSON, or (asked for a stream) the
+    `media_type` stream `what` describes."""
     events = {"schema": {"type": "string"}, "example": what}
-    return {200: {"model": model, "content": {"text/event-stream": events}}}
+    return {200: {"model": model, "content": {media_type: events}}}

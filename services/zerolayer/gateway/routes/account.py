@@ -14,6 +14,7 @@ from zerolayer.errors import PermissionDenied
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CurrentKey, Parts
 from zerolayer.gateway.limits import month_of
+from zerolayer.gateway.replies import Account, json_reply
 
 __all__ = ["plan_view", "router"]
 
@@ -41,7 +42,7 @@ def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
 router = APIRouter(route_class=BodyRoute)
 
 
-@router.get("/v1/account")
+@router.get("/v1/account", responses=json_reply(Account))
 async def account(record: CurrentKey, parts: Parts) -> dict[str, Any]:
     """The key's record, plan, prices, limits and this month's spend."""
     plan = parts.config.plans.get(record.plan)

@@ -17,6 +17,7 @@ from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.chunks import Cut, CutDone
 from zerolayer.gateway.deps import CurrentKey, PipelineDep, body_of
 from zerolayer.gateway.http import ClosingStream
+from zerolayer.gateway.replies import ChunkList, streamed_reply
 from zerolayer.gateway.schemas import ChunksRequest
 from zerolayer.protocol import Chunk, ChunkOptions
 
@@ -95,7 +96,13 @@ async def _lines(cuts: AsyncGenerator[Cut | CutDone, None]) -> AsyncIterator[byt
         await cuts.aclose()
 
 
-@router.post("/v1/chunks", openapi_extra=_TAKES)
+@router.post(
+    "/v1/chunks",
+    openapi_extra=_TAKES,
+    responses=streamed_reply(
+        ChunkList, "one chunk object per line, then chunks.done", "application/x-ndjson"
+    ),
+)
 async def chunks(request: Request, record: CurrentKey, pipeline: PipelineDep) -> Response:
     """Chunks of a text for the key's model (the key first, then the body)."""
     if request.headers.get("content-type", "").startswith("text/plain"):

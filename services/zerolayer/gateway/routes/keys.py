@@ -21,6 +21,7 @@ from zerolayer.gateway.admin import KeyNotFound, key_call, revoke_and_purge
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CurrentKey, Parts
 from zerolayer.gateway.parts import GatewayParts
+from zerolayer.gateway.replies import KeyList, TenantKey, json_reply
 from zerolayer.gateway.schemas import RenameKeyRequest
 from zerolayer.store.keys import ApiKeyRecord, KeyStore
 
@@ -50,14 +51,14 @@ async def own(caller: CurrentKey, parts: Parts, key_id: str) -> ApiKeyRecord:
 OwnKey = Annotated[ApiKeyRecord, Depends(own)]
 
 
-@router.get("")
+@router.get("", responses=json_reply(KeyList))
 async def list_keys(caller: CurrentKey, parts: Parts) -> dict[str, Any]:
     """The tenant's keys, oldest first (revoked ones too)."""
     records = await key_call(_store(parts).tenant_keys, caller.owner)
     return {"object": "list", "data": [_view(r, caller) for r in records]}
 
 
-@router.patch("/{key_id}")
+@router.patch("/{key_id}", responses=json_reply(TenantKey))
 async def rename_key(
     body: RenameKeyRequest, key_id: str, caller: OwnKey, parts: Parts
 ) -> dict[str, Any]:
@@ -65,7 +66,7 @@ async def rename_key(
     return _view(await key_call(_store(parts).set_name, key_id, body.name), caller)
 
 
-@router.delete("/{key_id}")
+@router.delete("/{key_id}", responses=json_reply(TenantKey))
 async def revoke_key(key_id: str, caller: OwnKey, parts: Parts) -> dict[str, Any]:
     """Revoke one of the tenant's keys (and delete the prompts kept of it)."""
     revoked = await revoke_and_purge(parts, _store(parts), key_id)

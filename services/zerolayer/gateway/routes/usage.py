@@ -37,6 +37,14 @@ from zerolayer.gateway.admin import key_call
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import AdminKeys, LedgerDep, current_tenant
 from zerolayer.gateway.http import query_value
+from zerolayer.gateway.replies import (
+    Invoice,
+    InvoiceList,
+    RequestLog,
+    UsageReport,
+    json_reply,
+    streamed_reply,
+)
 
 __all__ = ["Who", "admin_router", "router"]
 
@@ -90,7 +98,7 @@ def _billing_routes(base: str, who: Who) -> APIRouter:
     router = APIRouter(route_class=BodyRoute)
     clock = time.time
 
-    @router.get(base + "/usage")
+    @router.get(base + "/usage", responses=json_reply(UsageReport))
     async def usage(
         request: Request, *, tenant: str = Depends(who), ledger: LedgerDep
     ) -> dict[str, Any]:
@@ -99,7 +107,10 @@ def _billing_routes(base: str, who: Who) -> APIRouter:
         key_id = request.query_params.get("key_id") or None
         return await ledger.usage(tenant, first, last, groups, key_id)
 
-    @router.get(base + "/requests")
+    @router.get(
+        base + "/requests",
+        responses=streamed_reply(RequestLog, "the log as CSV (?format=csv)", "text/csv"),
+    )
     async def requests_log(
         request: Request, *, tenant: str = Depends(who), ledger: LedgerDep
     ) -> Response:
@@ -137,11 +148,14 @@ def _billing_routes(base: str, who: Who) -> APIRouter:
             headers={"content-disposition": f'attachment; filename="requests-{days}d.csv"'},
         )
 
-    @router.get(base + "/invoices")
+    @router.get(base + "/invoices", responses=json_reply(InvoiceList))
     async def invoices(*, tenant: str = Depends(who), ledger: LedgerDep) -> dict[str, Any]:
         return {"object": "list", "data": await ledger.invoices(tenant)}
 
-    @router.get(base + "/invoices/{month}")
+    @router.get(
+        base + "/invoices/{month}",
+        responses=streamed_reply(Invoice, "the invoice as CSV (?format=csv)", "text/csv"),
+    )
     async def invoice(
         request: Request, month: str, *, tenant: str = Depends(who), ledger: LedgerDep
     ) -> Response:
