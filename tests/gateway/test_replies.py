@@ -15,42 +15,57 @@ from zerolayer.gateway.replies import ChatCompletion
 from tests.gateway.conftest import Gateway
 
 MODEL = "smollm2-135m"
-# OpenAI's routes the gateway has (the silence maps under /v1/models/ are not described yet)
-SHARED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations")
-# zerolayer's own customer routes (the JSONL events export is a file, not an object)
-OWN = ("/v1/chunks", "/v1/account", "/v1/keys", "/v1/usage", "/v1/requests", "/v1/invoices")
+# routes that answer no JSON object: health, Prometheus text, the console's files, the events
+# export (a JSON-lines or CSV file)
+NOT_JSON = ("/healthz", "/metrics", "/console", "/openapi.json", "/events")
 
 
 def declared(gateway: Gateway, method: str, path: str) -> type[BaseModel]:
-    """The model a route declares for its 200."""
+    """The model a route declares for its success."""
     for route in gateway.app.routes:
         if isinstance(route, APIRoute) and route.path == path and method in route.methods:
-            model: type[BaseModel] = route.responses[200]["model"]
+            model: type[BaseModel] = route.responses[route.status_code or 200]["model"]
             return model
     raise AssertionError(f"no route {method} {path}")
 
 
-def check(gateway: Gateway, method: str, path: str, route: str | None = None, **kw: Any) -> Any:
-    """Call a route; its 200 reply validated against the model it declares."""
-    r = gateway.client.request(method, path, headers=gateway.auth, **kw)
-    assert r.status_code == 200, r.text
+def undeclared(routes: list[Any]) -> list[str]:
+    """The routes answering JSON that declare no reply model for their success."""
+    out = []
+    for route in routes:
+        if not isinstance(route, APIRoute) or any(m in route.path for m in NOT_JSON):
+            continue
+        if "model" not in route.responses.get(route.status_code or 200, {}):
+            out += [f"{m} {route.path}" for m in sorted(route.methods)]
+    return out
+
+
+def check(
+    gateway: Gateway,
+    method: str,
+    path: str,
+    route: str | None = None,
+    admin: bool = False,
+    **kw: Any,
+) -> Any:
+    """Call a route; its success validated against the model it declares."""
+    headers = gateway.admin if admin else gateway.auth
+    r = gateway.client.request(method, path, headers=headers, **kw)
+    assert r.status_code in (200, 201), r.text
     declared(gateway, method, route or path).model_validate(r.json())
     return r.json()
 
 
-def test_every_shared_route_declares_its_reply(gateway: Gateway) -> None:
-    doc = gateway.app.openapi()
-    missing = []
-    for path, item in doc["paths"].items():
-        for method, op in item.items():
-            if not path.startswith(SHARED + OWN) and path != "/v1/models":
-                continue
-            if path.endswith("/events"):
-                continue
-            schema = op["responses"]["200"]["content"].get("application/json", {}).get("schema")
-            if not schema or "$ref" not in schema:
-                missing.append(f"{method.upper()} {path}")
-    assert missing == []
+def test_every_json_route_declares_its_reply(gateway: Gateway) -> None:
+    assert undeclared(gateway.app.routes) == []
+    doc = gateway.app.openapi()["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]
+    assert doc["content"]["application/json"]["schema"]["$ref"].endswith("/ChatCompletion")
+
+    async def planted() -> dict[str, bool]:
+        return {"open": True}
+
+    gateway.app.add_api_route("/v1/planted", planted, methods=["GET"])
+    assert undeclared(gateway.app.routes) == ["GET /v1/planted"]
 
 
 def test_completions_and_models_reply_as_declared(gateway: Gateway) -> None:
@@ -110,3 +125,26 @@ def test_own_customer_routes_reply_as_declared(gateway: Gateway) -> None:
     assert months, "the completion above is on an invoice"
     check(gateway, "GET", f"/v1/invoices/{months[0]['month']}", "/v1/invoices/{month}")
     check(gateway, "DELETE", f"/v1/keys/{keys['data'][0]['key_id']}", k)
+
+
+def test_the_operators_routes_reply_as_declared(gateway: Gateway) -> None:
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    check(gateway, "POST", "/v1/chat/completions", json=chat)
+    gateway.billed()
+    tenant = check(gateway, "GET", "/v1/account")["key"]["tenant"]
+    check(gateway, "GET", "/admin/account", admin=True)
+    new = check(gateway, "POST", "/admin/keys", admin=True, json={"plan": "pro", "tenant": tenant})
+    k, kid = "/admin/keys/{key_id}", f"/admin/keys/{new['key_id']}"
+    check(gateway, "GET", "/admin/keys", admin=True)
+    check(gateway, "GET", kid, k, admin=True)
+    check(gateway, "PATCH", kid, k, admin=True, json={"name": "ops"})
+    check(gateway, "GET", kid + "/traffic", k + "/traffic", admin=True)
+    check(gateway, "DELETE", kid + "/traffic", k + "/traffic", admin=True)
+    check(gateway, "DELETE", kid, k, admin=True)
+    t = "/admin/tenants/{tenant}"
+    check(gateway, "GET", "/admin/tenants", admin=True)
+    check(gateway, "GET", f"/admin/tenants/{tenant}", t, admin=True)
+    check(gateway, "DELETE", f"/admin/tenants/{tenant}/objects", t + "/objects", admin=True)
+    check(gateway, "GET", "/admin/billing", admin=True)
+    check(gateway, "GET", "/admin/operations", admin=True)
+    check(gateway, "GET", f"/admin/tenants/{tenant}/usage", t + "/usage", admin=True)

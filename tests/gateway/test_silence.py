@@ -97,3 +97,15 @@ def test_a_model_without_a_map_and_a_wrong_key(make_gateway: GatewayFactory, tmp
     assert err["code"] == "silence_map_not_found"
     wrong = {"Authorization": "Bearer zl-nope"}
     assert_openai_error(gw.client.get(MAP, headers=wrong), 401)
+
+
+def test_the_replies_are_what_the_routes_declare(mapped: Gateway) -> None:
+    from tests.gateway.test_replies import declared
+
+    for path, route in (
+        (MAP, "/v1/models/{model}/silence_map"),
+        (MAP + "/mlp/3/17", "/v1/models/{model}/silence_map/{kind}/{layer}/{channel}"),
+    ):
+        r = mapped.client.get(path, headers=mapped.auth)
+        assert r.status_code == 200, r.text
+        declared(mapped, "GET", route).model_validate(r.json())

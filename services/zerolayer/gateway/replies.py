@@ -1,11 +1,11 @@
-"""Reply bodies of the customer-facing routes (those OpenAI also has, and zerolayer's own:
-chunks, account, keys, usage, the request log, invoices), as pydantic models. The routes declare
-them (`responses=json_reply(Model)`), so the OpenAPI document FastAPI writes says what each
-answers. They document; the routes build their replies as they always did (a model validated per
-reply would cost every request), and tests/gateway/test_replies.py checks that real replies
-validate against what is declared. Objects carry more than these fields where zerolayer adds its
-own (tier cards on models, the map-reduce summary's usage), so unknown fields are allowed. The
-operator's routes (/admin) are not described here."""
+"""Reply bodies of the gateway's routes that answer JSON (those OpenAI also has, zerolayer's own
+customer routes, the silence maps and the operator's /admin routes), as pydantic models. The
+routes declare them (`responses=json_reply(Model)`), so the OpenAPI document FastAPI writes
+says what each answers. They document; the routes build their replies as they always did (a
+model validated per reply would cost every request), and tests/gateway/test_replies.py checks
+that real replies validate against what is declared. Objects carry more than these fields where
+zerolayer adds its own (tier cards on models, the map-reduce summary's usage), so unknown
+fields are allowed."""
 
 from __future__ import annotations
 
@@ -15,6 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "Account",
+    "AdminAccount",
+    "Billing",
+    "CanaryRun",
+    "Deleted",
+    "KeyRecordList",
+    "KeyView",
+    "NewKey",
+    "Operations",
+    "PlainList",
+    "SilenceChannel",
+    "SilenceMap",
+    "TenantObjects",
     "ChatCompletion",
     "ChunkList",
     "Invoice",
@@ -260,6 +272,97 @@ class Invoice(InvoiceSummary):
     currency: str
     lines: list[dict[str, Any]]
     subtotal_usd: str
+
+
+class SilenceMap(_Reply):
+    """GET /v1/models/{model}/silence_map: per kind of channel, how silent each layer is."""
+
+    object: Literal["silence_map"]
+    model: str
+    quantile: float
+    kinds: dict[str, Any]
+
+
+class SilenceChannel(_Reply):
+    """GET /v1/models/{model}/silence_map/{kind}/{layer}/{channel}: one channel's figures."""
+
+    object: Literal["silence_map.channel"]
+    model: str
+    kind: str
+    layer: int
+    channel: int
+    threshold: float
+    silent_fraction: float
+    samples: list[float]
+
+
+# the operator's routes (/admin, the admin key)
+
+
+class AdminAccount(_Reply):
+    """GET /admin/account: the admin key's account (the console tells an operator by it)."""
+
+    object: Literal["account"]
+    admin: Literal[True]
+    plans: list[str]
+
+
+class NewKey(KeyView):
+    """POST /admin/keys: the new key, shown this once, with its record."""
+
+    key: str
+
+
+class KeyRecordList(_Reply):
+    """GET /admin/keys."""
+
+    object: Literal["list"]
+    data: list[KeyView]
+
+
+class PlainList(_Reply):
+    """A list of objects (a key's kept prompts, the tenants)."""
+
+    object: Literal["list"]
+    data: list[dict[str, Any]]
+
+
+class Deleted(_Reply):
+    """What a deletion of kept data removed."""
+
+    deleted: int | dict[str, int]
+
+
+class TenantObjects(_Reply):
+    """GET /admin/tenants/{tenant}: its keys and the ids of its stored objects."""
+
+    tenant: str
+    keys: list[KeyView]
+    objects: PlainList
+
+
+class CanaryRun(_Reply):
+    """POST /admin/canary: the canary's scores per tier."""
+
+    object: Literal["canary"]
+    tiers: Any
+
+
+class Billing(_Reply):
+    """GET /admin/billing: the tenants billed and the usage stream's state."""
+
+    object: Literal["billing"]
+    tenants: list[str]
+    stream: dict[str, Any] | None  # None before the stream exists
+
+
+class Operations(_Reply):
+    """GET /admin/operations: live figures per tier, and the alerts."""
+
+    object: Literal["operations"]
+    at: int
+    tiers: list[dict[str, Any]]
+    alerts: list[Any]
 
 
 def json_reply(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:

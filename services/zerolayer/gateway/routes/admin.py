@@ -18,6 +18,18 @@ from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import AdminKeys, LedgerDep, Parts, admin_keys
 from zerolayer.gateway.limits import month_of
 from zerolayer.gateway.parts import GatewayParts
+from zerolayer.gateway.replies import (
+    AdminAccount,
+    Billing,
+    CanaryRun,
+    Deleted,
+    KeyRecordList,
+    KeyView,
+    NewKey,
+    PlainList,
+    TenantObjects,
+    json_reply,
+)
 from zerolayer.gateway.schemas import ChangePlanRequest, CreateKeyRequest
 
 __all__ = ["billing_router", "router"]
@@ -41,38 +53,38 @@ def _purge(parts: GatewayParts, key_id: str) -> int:
     return parts.traffic_admin.purge(key_id) if parts.traffic_admin is not None else 0
 
 
-@router.get("/account")
+@router.get("/account", responses=json_reply(AdminAccount))
 async def admin_account(parts: Parts) -> dict[str, Any]:
     """200 for the admin key alone (the console tells an operator from a customer by it)."""
     return {"object": "account", "admin": True, "plans": list(parts.config.plans)}
 
 
-@router.post("/keys", status_code=201)
+@router.post("/keys", status_code=201, responses={201: {"model": NewKey}})
 async def create_key(body: CreateKeyRequest, store: AdminKeys, parts: Parts) -> JSONResponse:
     """A new API key on a plan, of a new tenant or of a given one; the key is shown once."""
     key, record = await key_call(store.create, _plan_of(parts, body.plan), body.name, body.tenant)
     return JSONResponse({"key": key, **record.public()}, status_code=201)
 
 
-@router.get("/keys")
+@router.get("/keys", responses=json_reply(KeyRecordList))
 async def list_keys(store: AdminKeys) -> dict[str, Any]:
     """Every key's record."""
     return {"object": "list", "data": [r.public() for r in await key_call(store.list)]}
 
 
-@router.get("/keys/{key_id}")
+@router.get("/keys/{key_id}", responses=json_reply(KeyView))
 async def get_key(store: AdminKeys, key_id: str) -> dict[str, Any]:
     """One key's record (never the key)."""
     return (await key_call(store.get, key_id)).public()
 
 
-@router.delete("/keys/{key_id}")
+@router.delete("/keys/{key_id}", responses=json_reply(KeyView))
 async def revoke_key(store: AdminKeys, key_id: str, parts: Parts) -> dict[str, Any]:
     """Revoke a key and delete the prompts kept of it."""
     return await revoke_and_purge(parts, store, key_id)
 
 
-@router.patch("/keys/{key_id}")
+@router.patch("/keys/{key_id}", responses=json_reply(KeyView))
 async def change_key(
     body: ChangePlanRequest, store: AdminKeys, key_id: str, parts: Parts
 ) -> dict[str, Any]:
@@ -93,7 +105,7 @@ async def change_key(
     return {**record.public(), **out}
 
 
-@router.get("/keys/{key_id}/traffic")
+@router.get("/keys/{key_id}/traffic", responses=json_reply(PlainList))
 async def key_traffic(store: AdminKeys, key_id: str, parts: Parts) -> dict[str, Any]:
     """The prompts kept of a key (within the retention window), oldest first."""
     await key_call(store.get, key_id)  # 404 for an unknown id
@@ -103,14 +115,14 @@ async def key_traffic(store: AdminKeys, key_id: str, parts: Parts) -> dict[str, 
     return {"object": "list", "data": [e.public() for e in entries]}
 
 
-@router.delete("/keys/{key_id}/traffic")
+@router.delete("/keys/{key_id}/traffic", responses=json_reply(Deleted))
 async def delete_key_traffic(store: AdminKeys, key_id: str, parts: Parts) -> dict[str, Any]:
     """Delete every prompt kept of a key (its sampling setting stays as it is)."""
     await key_call(store.get, key_id)
     return {"key_id": key_id, "deleted": await key_call(_purge, parts, key_id)}
 
 
-@router.get("/tenants")
+@router.get("/tenants", responses=json_reply(PlainList))
 async def tenants(store: AdminKeys, parts: Parts) -> dict[str, Any]:
     """Every tenant (an account: the keys made for it), with its keys, active keys, plans
     and, with billing on, this month's invoice total so far."""
@@ -136,7 +148,7 @@ async def tenants(store: AdminKeys, parts: Parts) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-@router.get("/tenants/{tenant}")
+@router.get("/tenants/{tenant}", responses=json_reply(TenantObjects))
 async def tenant_objects(store: AdminKeys, tenant: str, parts: Parts) -> dict[str, Any]:
     """A tenant's keys and its stored responses and conversations (ids, never content)."""
     keys = await key_call(store.tenant_keys, tenant)
@@ -150,7 +162,7 @@ async def tenant_objects(store: AdminKeys, tenant: str, parts: Parts) -> dict[st
     }
 
 
-@router.delete("/tenants/{tenant}/objects")
+@router.delete("/tenants/{tenant}/objects", responses=json_reply(Deleted))
 async def delete_tenant_objects(store: AdminKeys, tenant: str, parts: Parts) -> dict[str, Any]:
     """Delete every stored response and conversation of a tenant (its keys stay)."""
     await key_call(store.tenant_keys, tenant)
@@ -162,7 +174,7 @@ async def delete_tenant_objects(store: AdminKeys, tenant: str, parts: Parts) -> 
     return {"tenant": tenant, "deleted": deleted}
 
 
-@router.post("/canary")
+@router.post("/canary", responses=json_reply(CanaryRun))
 async def run_canary(parts: Parts) -> dict[str, Any]:
     """Run the canary now (it also runs every monitoring.canary_interval_s): per ready
     tier, its KL against the baseline tier, the limit and whether it is over."""
@@ -171,7 +183,7 @@ async def run_canary(parts: Parts) -> dict[str, Any]:
     return {"object": "canary", "tiers": await parts.canary.run()}
 
 
-@billing_router.get("/billing")
+@billing_router.get("/billing", responses=json_reply(Billing))
 async def billing(parts: Parts, ledger: LedgerDep) -> dict[str, Any]:
     """The tenants with usage, and the usage stream's backlog (unread, pending)."""
     stats = await parts.billing_stats() if parts.billing_stats is not None else None

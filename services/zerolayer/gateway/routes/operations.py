@@ -12,6 +12,7 @@ from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CatalogDep, Parts, PipelineDep, admin_keys
 from zerolayer.gateway.metrics import finished_by_tier, tier_stats
 from zerolayer.gateway.operations import QUIET, alerts_of
+from zerolayer.gateway.replies import Operations, json_reply
 from zerolayer.store.tiers import state_of
 
 __all__ = ["router"]
@@ -20,7 +21,7 @@ __all__ = ["router"]
 router = APIRouter(dependencies=[Depends(admin_keys)], route_class=BodyRoute)
 
 
-@router.get("/admin/operations")
+@router.get("/admin/operations", responses=json_reply(Operations))
 async def operations(parts: Parts, pipeline: PipelineDep, catalog: CatalogDep) -> dict[str, Any]:
     """Per served tier, live: state, requests, sheds, endings, latencies, queue wait, tokens;
     and the collapse alerts."""

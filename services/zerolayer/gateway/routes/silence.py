@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import SilenceDep, reader
+from zerolayer.gateway.replies import SilenceChannel, SilenceMap, json_reply
 from zerolayer.gateway.silence import share_param
 
 __all__ = ["router"]
@@ -22,7 +23,7 @@ router = APIRouter(
 )
 
 
-@router.get("")
+@router.get("", responses=json_reply(SilenceMap))
 async def overview(request: Request, model: str, maps: SilenceDep) -> dict[str, Any]:
     """The model's map, with each layer's silent channels at `silent_share`."""
     q = share_param(request, "quantile", math.nan)
@@ -30,7 +31,7 @@ async def overview(request: Request, model: str, maps: SilenceDep) -> dict[str, 
     return await asyncio.to_thread(maps.overview, model, None if math.isnan(q) else q, share)
 
 
-@router.get("/{kind}/{layer}/{channel}")
+@router.get("/{kind}/{layer}/{channel}", responses=json_reply(SilenceChannel))
 async def channel(
     request: Request, model: str, kind: str, layer: int, channel: int, maps: SilenceDep
 ) -> dict[str, Any]:
