@@ -127,3 +127,20 @@ def test_one_slow_request_does_not_shed_the_next(
     assert "[DONE]" in first.text if stream else first.json()["choices"]
     nxt = gw.client.post("/v1/chat/completions", headers=gw.auth, json=body)
     assert nxt.status_code == 200, nxt.text
+
+
+def test_the_median_kept_in_order_is_the_statistics_median() -> None:
+    import random
+    import statistics
+
+    now = [0.0]
+    adm = Admission(800, 5, [0, 1], lambda: now[0], min_samples=1)
+    rng = random.Random(3)
+    kept: list[tuple[float, float]] = []
+    for _ in range(3000):
+        now[0] += rng.uniform(0, 0.02)
+        wait = rng.choice([0.0, 0.5, rng.uniform(0, 2)])  # repeated values too
+        adm.record("m:t", wait)
+        kept.append((now[0], wait))
+        kept = [(w, x) for w, x in kept if w >= now[0] - 5][-512:]
+        assert adm.wait_s("m:t") == statistics.median(x for _, x in kept)

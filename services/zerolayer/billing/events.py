@@ -14,9 +14,11 @@ nano-dollars), usage:seen:<event id> (its dedupe marker, kept `billing.dedupe_tt
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -71,15 +73,34 @@ return n
 SEP = "\x1f"
 
 
+def _split(t: float) -> tuple[int, int]:
+    """(seconds, microseconds) of a time, rounded as datetime.fromtimestamp rounds it."""
+    frac, whole = math.modf(t)
+    us = round(frac * 1_000_000)
+    if us >= 1_000_000:
+        whole, us = whole + 1, us - 1_000_000
+    return int(whole), us
+
+
 def rfc3339(t: float) -> str:
     """A time as CloudEvents states it (UTC, milliseconds)."""
-    d = datetime.fromtimestamp(t, tz=timezone.utc)
-    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+    s, us = _split(t)
+    return f"{_second(s)}.{us // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=256)
+def _second(s: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s))
 
 
 def day_of(t: float) -> str:
     """The UTC day of a time, YYYY-MM-DD."""
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d")
+    return _day(_split(t)[0] // 86400)
+
+
+@functools.lru_cache(maxsize=64)
+def _day(n: int) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(n * 86400))
 
 
 @dataclass

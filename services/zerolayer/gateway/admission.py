@@ -15,7 +15,7 @@ a wait of at least m x threshold sheds ranks below m; the highest rank is never 
 
 from __future__ import annotations
 
-import statistics
+import bisect
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -28,10 +28,28 @@ __all__ = ["Admission"]
 _FORGET_S = 300.0
 
 
+_MAX_SAMPLES = 512
+
+
 class _Tier:
     def __init__(self) -> None:
-        self.samples: deque[tuple[float, float]] = deque(maxlen=512)
+        self.samples: deque[tuple[float, float]] = deque()  # (when, wait), oldest first
+        self.sorted: list[float] = []  # the same waits in order: the median without a sort
         self.pending: dict[int, float] = {}
+
+    def add(self, when: float, wait: float) -> None:
+        if len(self.samples) >= _MAX_SAMPLES:
+            self.drop()
+        self.samples.append((when, wait))
+        bisect.insort(self.sorted, wait)
+
+    def drop(self) -> None:
+        _, wait = self.samples.popleft()
+        del self.sorted[bisect.bisect_left(self.sorted, wait)]
+
+    def median(self) -> float:
+        s, n = self.sorted, len(self.sorted)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 class Admission:
@@ -62,9 +80,9 @@ class Admission:
         t = self._tier(target)
         now = self.clock()
         while t.samples and t.samples[0][0] < now - self.window_s:
-            t.samples.popleft()
+            t.drop()
         k = self.min_samples
-        measured = statistics.median(w for _, w in t.samples) if len(t.samples) >= k else 0.0
+        measured = t.median() if len(t.samples) >= k else 0.0
         for token, since in list(t.pending.items()):
             if since < now - _FORGET_S:  # a stream whose end was never seen
                 del t.pending[token]
@@ -99,4 +117,4 @@ class Admission:
 
     def record(self, target: str, wait_s: float) -> None:
         """The queue wait a replica reported for a finished request."""
-        self._tier(target).samples.append((self.clock(), max(0.0, wait_s)))
+        self._tier(target).add(self.clock(), max(0.0, wait_s))
