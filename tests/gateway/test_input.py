@@ -197,3 +197,16 @@ def test_a_body_without_content_type_is_read_as_json(gateway: Gateway) -> None:
     body = json.dumps({**CHAT, "max_tokens": 2}).encode()
     r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, content=body)
     assert r.status_code == 200, r.text
+
+
+def test_a_text_stream_is_one_whatever_the_case_of_its_content_type(gateway: Gateway) -> None:
+    # BodyLimits lets a text/plain body to /v1/chunks through unread; the route must then read
+    # it as the stream it is, never as a whole JSON body outside the layer's cap
+    r = gateway.client.post(
+        "/v1/chunks?model=smollm2-135m",
+        headers={**gateway.auth, "content-type": "Text/Plain; charset=utf-8"},
+        content=b"some text to cut",
+    )
+    assert r.status_code == 200, r.text
+    lines = [json.loads(x) for x in r.text.splitlines()]
+    assert lines[-1]["object"] == "chunks.done", lines

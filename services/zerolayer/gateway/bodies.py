@@ -33,9 +33,11 @@ __all__ = [
     "Unparsed",
     "decode",
     "is_json",
+    "is_text_stream",
     "parse",
     "replay",
     "send_error",
+    "send_whole",
     "unparsed_message",
     "validation_message",
 ]
@@ -93,7 +95,7 @@ class BodyLimits:
 
     def _streams(self, scope: Scope) -> bool:
         path = str(scope["path"]).removeprefix(str(scope.get("root_path", "")))
-        return path in self.streamed and _header(scope, b"content-type").startswith("text/plain")
+        return path in self.streamed and is_text_stream(_header(scope, b"content-type"))
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body is larger than {self.max_bytes} bytes")
@@ -135,6 +137,14 @@ def replay(body: bytes, more: bool, receive: Receive) -> Receive:
     return again
 
 
+async def send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """Answer from an ASGI layer with a whole body (no route ran)."""
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 async def send_error(send: Send, exc: APIError) -> None:
     """Answer an APIError from an ASGI layer (no route ran)."""
     body = json.dumps(exc.body()).encode()
@@ -143,8 +153,7 @@ async def send_error(send: Send, exc: APIError) -> None:
         (b"content-length", str(len(body)).encode()),
         *[(k.encode("latin-1"), v.encode("latin-1")) for k, v in exc.headers().items()],
     ]
-    await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_whole(send, exc.status_code, headers, body)
 
 
 class Unparsed:
@@ -183,6 +192,13 @@ def decode(raw: bytes) -> Any:
         return Unparsed(f"the request body is not valid JSON: {exc}")
     except RecursionError:
         return Unparsed("the request body's JSON is nested too deeply")
+
+
+def is_text_stream(content_type: str | None) -> bool:
+    """Whether a body of this content-type is a text stream (text/plain): BodyLimits lets it
+    through unread, and its route reads it as it arrives. One test for both, so a body one
+    of them takes for a stream the other never reads whole."""
+    return (content_type or "").strip().lower().startswith("text/plain")
 
 
 def is_json(content_type: str | None) -> bool:

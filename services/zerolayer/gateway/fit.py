@@ -158,16 +158,14 @@ class Truncate:
         messages = text.messages or []
         head, items = messages[: self.keep], messages[self.keep :]
 
-        def without(dropped: int) -> PromptInput:
-            return PromptInput(messages=head + items[dropped:])
+        asked = f.asked if f.asked is not None else 1  # the least a fitting prompt leaves
 
         def fits(n: int) -> bool:
-            return n + (f.asked if f.asked is not None else 1) <= f.max_len
+            return n + asked <= f.max_len
 
         ids = await f.ids(text)
         if fits(len(ids)):
             return Fitted(ids, f.budget(len(ids)), text)
-        asked = f.asked if f.asked is not None else 1
         if not self.auto:
             await f.refused(
                 len(ids),
@@ -182,9 +180,10 @@ class Truncate:
         best: tuple[list[int], PromptInput] | None = None
         while lo <= hi:  # the fewest items dropped that fit
             mid = (lo + hi) // 2
-            cand = await f.ids(without(mid))
+            kept = PromptInput(messages=head + items[mid:])
+            cand = await f.ids(kept)
             if fits(len(cand)):
-                best, hi = (cand, without(mid)), mid - 1
+                best, hi = (cand, kept), mid - 1
             else:
                 lo = mid + 1
         if best is None:

@@ -36,7 +36,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from zerolayer.errors import openai_error_body
-from zerolayer.gateway.bodies import replay
+from zerolayer.gateway.bodies import replay, send_whole
 from zerolayer.store import keyspace
 
 __all__ = ["Idempotency"]
@@ -83,11 +83,6 @@ def _error(
     return status, head, body
 
 
-async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
 class Idempotency:
     """The ASGI layer (see the module's docstring)."""
 
@@ -121,7 +116,7 @@ class Idempotency:
             return
         key = raw.decode("latin-1").strip()
         if not key or len(key) > MAX_KEY:
-            await _answer(
+            await send_whole(
                 send,
                 *_error(
                     400,
@@ -145,7 +140,7 @@ class Idempotency:
             claimed = await self.client.set(name, claim, nx=True, px=self.lease_ms)
             kept = None if claimed else await self.client.get(name)
         except RedisError as exc:
-            await _answer(
+            await send_whole(
                 send,
                 *_error(
                     503,
@@ -182,7 +177,7 @@ class Idempotency:
 
     async def _answer_kept(self, send: Send, kept: dict[str, Any], digest: str) -> None:
         if kept.get("body") != digest:
-            await _answer(
+            await send_whole(
                 send,
                 *_error(
                     422,
@@ -194,7 +189,7 @@ class Idempotency:
             )
             return
         if kept.get("state") == "running":
-            await _answer(
+            await send_whole(
                 send,
                 *_error(
                     409,
@@ -217,7 +212,7 @@ class Idempotency:
                 "incomplete_result",
             )
             body += f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode()
-        await _answer(send, int(kept["status"]), head, body)
+        await send_whole(send, int(kept["status"]), head, body)
 
     async def _run(
         self, scope: Scope, receive: Receive, send: Send, body: bytes, name: str, claim: str

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from zerolayer.errors import APIError, InvalidRequest
-from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.bodies import BodyRoute, is_text_stream
 from zerolayer.gateway.chunks import Cut, CutDone
 from zerolayer.gateway.deps import CurrentKey, PipelineDep, body_of
 from zerolayer.gateway.http import ClosingStream
@@ -105,7 +105,7 @@ async def _lines(cuts: AsyncGenerator[Cut | CutDone, None]) -> AsyncIterator[byt
 )
 async def chunks(request: Request, record: CurrentKey, pipeline: PipelineDep) -> Response:
     """Chunks of a text for the key's model (the key first, then the body)."""
-    if request.headers.get("content-type", "").startswith("text/plain"):
+    if is_text_stream(request.headers.get("content-type")):
         model_id, options = query_options(request, pipeline.config.chunker.chunk_tokens)
         cutting = await pipeline.chunk_stream(record, model_id, request.stream(), options)
         return ClosingStream(
