@@ -7,9 +7,10 @@
         makes one handle call to the same replica deployment (logging as the platform's
         applications do: no access-log line per request)
 
-Both answer the same chat request with the same 16 scripted tokens. Rounds alternate bare, full,
-bare, full ... at 1 and at 32 concurrent clients, after one warm-up round each; each round sends
---requests requests per client count and records every request's latency. Prints p50/p99 per
+Both answer the same chat request with the same 16 scripted tokens. Each round runs both paths, in
+an order drawn anew per round (seeded by --seed), at 1 and at 32 concurrent clients, after one
+warm-up round each; each round sends --requests requests per client count and records every
+request's latency. Prints p50/p99 per
 round and the median of the per-round ratios full/bare; writes benchmarks/results/gateway.json.
 
 Where the time goes: around each load the CPU time of the machine's processes is read
@@ -19,7 +20,7 @@ At 32 clients both paths are bound by the machine's cores, so their latency rati
 CPU per request.
 
   .venv/bin/python benchmarks/gateway.py [--repeats 3] [--requests 320] [--tokenfix-deployment]
-                                         [--no-haproxy] [--out PATH]
+                                         [--no-haproxy] [--seed N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import time
 from pathlib import Path
@@ -191,8 +193,10 @@ def main() -> None:
         action="store_true",
         help="HTTP through Ray's Python proxy actor instead of HAProxy (both paths)",
     )
+    ap.add_argument("--seed", type=int, default=0, help="seed of the paths' order per round")
     ap.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
     args = ap.parse_args()
+    rng = random.Random(args.seed)
     mode = "deployment" if args.tokenfix_deployment else "in_gateway"
     out_path = args.out or (
         RESULTS.with_name("gateway-tokenfix-deployment.json")
@@ -225,10 +229,12 @@ def main() -> None:
             n = args.requests if clients > 1 else max(50, args.requests // 4)
             rows = []
             cpus: list[dict[str, dict[str, float]]] = []
+            orders: list[list[str]] = []
             for rnd in range(args.repeats + 1):
                 row: dict[str, float] = {}
                 cpu: dict[str, dict[str, float]] = {}
-                for name in ("bare", "full"):
+                order = rng.sample(("bare", "full"), 2)
+                for name in order:
                     meter = CpuMeter()
                     meter.start()
                     lat = loop.run_until_complete(load(urls[name], key, clients, n))
@@ -245,12 +251,14 @@ def main() -> None:
                     f"{clients:2d} clients {label:8s} bare p50 {row['bare_p50_ms']:7.2f} ms "
                     f"p99 {row['bare_p99_ms']:7.2f}  full p50 {row['full_p50_ms']:7.2f} ms "
                     f"p99 {row['full_p99_ms']:7.2f}  ratio p50 {row['ratio_p50']:.3f}  "
-                    f"cpu/request bare {row['bare_cpu_ms']:.2f} full {row['full_cpu_ms']:.2f} ms",
+                    f"cpu/request bare {row['bare_cpu_ms']:.2f} full {row['full_cpu_ms']:.2f} ms"
+                    f"  ({' then '.join(order)})",
                     flush=True,
                 )
                 if rnd:
                     rows.append(row)
                     cpus.append(cpu)
+                    orders.append(order)
             summary = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
             by_role = {
                 name: {
@@ -264,6 +272,7 @@ def main() -> None:
                 **summary,
                 "cpu_ms_per_request_by_role": by_role,
                 "rounds": rows,
+                "orders": orders,
                 "requests": n,
             }
     finally:
@@ -275,6 +284,7 @@ def main() -> None:
         "target_ratio_p50": 1.5,
         "tokenfix": mode,
         "http": "python proxy" if args.no_haproxy else "haproxy",
+        "seed": args.seed,
         "by_clients": results,
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -359,3 +359,22 @@ def test_an_admission_whose_reply_was_lost_gives_its_lease_back(redis_url: str) 
     before, after, first, again = asyncio.run(run())
     assert (before, after) == (1, 1)  # req-1's lease gone, req-3's taken
     assert first is True and again is False
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        "2026-12-31T23:59:59.750",
+        "2027-01-01T00:00:00",
+        "2028-02-28T12:00:00",
+        "2028-02-29T23:59:59",
+    ],
+)
+def test_month_of_agrees_with_datetime_at_month_ends(when: str) -> None:
+    from datetime import datetime, timezone
+
+    t = datetime.fromisoformat(when).replace(tzinfo=timezone.utc)
+    nxt = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=timezone.utc)
+    month, left = month_of(t.timestamp())
+    assert month == f"{t.year:04d}-{t.month:02d}"
+    assert left == pytest.approx(nxt.timestamp() - t.timestamp(), abs=1e-6)

@@ -38,6 +38,7 @@ names from the key's prefix: all share its hash tag.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import random
@@ -225,9 +226,17 @@ _NAMES = {
 
 def month_of(now: float) -> tuple[str, float]:
     """The UTC month of a time ('YYYY-MM') and the seconds until the next one starts."""
-    t = datetime.fromtimestamp(now, tz=timezone.utc)
+    month, ends = _month_of_day(math.floor(now / 86400))
+    return month, ends - now
+
+
+@functools.lru_cache(maxsize=64)
+def _month_of_day(day: int) -> tuple[str, float]:
+    """The month of a UTC day (days since 1970) and when the next month starts (a request
+    asks for its month twice; working it out with datetime cost more than the rest of it)."""
+    t = datetime.fromtimestamp(day * 86400, tz=timezone.utc)
     nxt = datetime(t.year + (t.month == 12), t.month % 12 + 1, 1, tzinfo=timezone.utc)
-    return f"{t.year:04d}-{t.month:02d}", nxt.timestamp() - now
+    return f"{t.year:04d}-{t.month:02d}", nxt.timestamp()
 
 
 @dataclass(frozen=True)
