@@ -208,3 +208,35 @@ def test_prices_are_exact_decimals_and_refuse_sub_nano_precision() -> None:
     with pytest.raises(ValueError, match="nano-dollars per token"):
         TierPrice(prompt_per_1k="0.0000001", completion_per_1k=0)
     assert PRICE.cached == Decimal("0.05")
+
+
+def test_the_request_log_reads_bounded_pages_and_never_repeats_a_row(run: Any) -> None:
+    from zerolayer.billing.ledger import request_log_scope
+
+    t = tenant()
+
+    async def body(client: aioredis.Redis, writer: EventWriter) -> None:
+        for i in range(7):
+            await writer.write(event(t, NOV_30 + i, key_id="a" if i % 3 == 0 else "b"))
+        await drain(biller(client))
+        ledger, now = Ledger(client), NOV_30 + 3600
+        # filtered by key, a page reads at most `most` events: shorter pages, each with a
+        # cursor, and every one of the key's rows exactly once
+        seen: list[str] = []
+        cursor, pages = None, 0
+        while True:
+            rows, cursor = await ledger.recent(t, now, 7, 10, cursor, key_id="a", most=2)
+            seen += [r["id"] for r in rows]
+            pages += 1
+            if cursor is None:
+                break
+        assert len(seen) == 3 == len(set(seen)) and pages == 4
+        # a signed position past the list's end (a list that shrank) starts at its end
+        far = await ledger.signer.sign(request_log_scope(t, None), "2025-11:100000")
+        rows, more = await ledger.recent(t, now, 7, 500, far)
+        assert len(rows) == 7 == len({r["id"] for r in rows}) and more is None
+        # a later month than now's is read as now's (from position 5 back: six rows)
+        later = await ledger.signer.sign(request_log_scope(t, None), "2099-01:5")
+        assert len((await ledger.recent(t, now, 7, 500, later))[0]) == 6
+
+    run(body)

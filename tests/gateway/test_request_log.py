@@ -84,3 +84,28 @@ def test_bad_parameters_are_400s_naming_them(
     gw = make_gateway()
     r = gw.client.get("/v1/requests", headers=gw.auth, params=params)
     assert assert_openai_error(r, 400)["param"] == param
+
+
+def test_a_cursor_is_signed_for_its_tenant_and_filter(make_gateway: GatewayFactory) -> None:
+    import base64
+
+    a, b = make_gateway(), make_gateway()
+    for _ in range(3):
+        assert a.client.post("/v1/chat/completions", headers=a.auth, json=CHAT).status_code == 200
+    a.billed()
+    token = _page(a, limit=1)["next_cursor"]
+    assert token and len(_page(a, limit=5, cursor=token)["data"]) == 2
+
+    def refused(gw: Any, **params: str) -> None:
+        r = gw.client.get("/v1/requests", headers=gw.auth, params=params)
+        assert assert_openai_error(r, 400)["param"] == "cursor"
+
+    refused(b, cursor=token)  # another tenant's
+    refused(a, cursor=token, key_id=a.key_id)  # the same tenant's, another filter
+    payload, tag = token.split(".")
+    month = base64.urlsafe_b64decode(payload + "==").decode().split(":")[0]
+    # positions made up by hand, which made the log re-read the same rows or loop for ever
+    for raw in (f"{month}:100000", "2099-01:5", f"{month}:105"):
+        refused(a, cursor=raw)
+        forged = base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode()
+        refused(a, cursor=f"{forged}.{tag}")  # a real tag on another payload

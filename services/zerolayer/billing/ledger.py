@@ -37,6 +37,7 @@ from zerolayer.billing.events import STATUSES, rfc3339
 from zerolayer.config import nanos_usd, usd_text
 from zerolayer.errors import InvalidRequest, ObjectNotFound
 from zerolayer.store import keyspace
+from zerolayer.store.signing import Signer
 
 __all__ = [
     "APPLY_LUA",
@@ -57,6 +58,7 @@ REJECTED = keyspace.bill_rejected()
 MEASURES = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "cost_nanos")
 GROUPS = ("day", "key", "model", "tier")
 MAX_DAYS = 400  # the longest range /v1/usage reads at once
+SCAN_MOST = 5000  # the most events one page of the request log reads
 
 # count(stream, group, dedupe ttl, today (YYYY-MM-DD), entries, dedupe): count a batch of stream
 # entries ({id, event json, summary line} triples, see billing.events; an empty json is an entry
@@ -465,6 +467,11 @@ def _cursor(text: str) -> tuple[str, int]:
     return month, position
 
 
+def request_log_scope(tenant: str, key_id: str | None) -> str:
+    """What a request log cursor is signed for: the tenant and the key filter of its list."""
+    return f"requests\0{tenant}\0{key_id or ''}"
+
+
 def event_row(text: str) -> dict[str, Any]:
     """One exported event as a flat CSV row."""
     e = json.loads(text)
@@ -482,6 +489,7 @@ class Ledger:
     def __init__(self, client: aioredis.Redis, close_after_s: int = 3600):
         self.client = client
         self.close_after_s = close_after_s
+        self.signer = Signer(client)  # the request log's page cursors
 
     @staticmethod
     def _base(tenant: str) -> str:
@@ -649,38 +657,52 @@ class Ledger:
         cursor: str | None = None,
         key_id: str | None = None,
         page: int = 200,
+        most: int = SCAN_MOST,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """The request log: the tenant's events of the last `days` days, newest first, as
         rows (REQUEST_COLUMNS), `limit` at most, after `cursor` (the previous page's
-        next_cursor, "<YYYY-MM>:<position>"); and the next page's cursor (None: no more).
-        Events are listed in the order they were counted, close to the order they ended; the
-        walk back stops at the first one a day older than the range."""
+        next_cursor: a token signed for this tenant and key filter; anything else is a 400);
+        and the next page's cursor (None: no more). Events are listed in the order they were
+        counted, close to the order they ended; the walk back stops at the first one a day
+        older than the range. One call reads at most `most` events: a page filtered by key
+        may come back shorter than `limit`, with a cursor, when they were not the key's."""
+        scope = request_log_scope(tenant, key_id)
         cutoff = now - days * 86400
-        first_month = _month_of(cutoff)
+        first_month, this_month = _month_of(cutoff), _month_of(now)
+        month: str
+        at: int | None
         if cursor is None:
-            month, at = _month_of(now), None
+            month, at = this_month, None
         else:
-            month, at = _cursor(cursor)
+            month, at = _cursor(await self.signer.open(scope, cursor))
+            month = min(month, this_month)
         rows: list[dict[str, Any]] = []
+        read = 0
+
+        async def next_page() -> str | None:
+            more = (at is not None and at >= 0) or month > first_month
+            return await self.signer.sign(scope, f"{month}:{at}") if more else None
+
         while True:
             name = self._base(tenant) + "events:" + month
-            if at is None:
-                at = await self.client.llen(name) - 1
+            last = await self.client.llen(name) - 1
+            at = last if at is None else min(at, last)
             while at >= 0:
                 got = await self.client.lrange(name, max(0, at - page + 1), at)
+                if not got:  # the list shrank meanwhile: nothing older in this month
+                    break
                 for text in reversed(got):
                     e = json.loads(text)
                     ended = _epoch(e.get("time", ""))
                     if ended < cutoff - 86400:
                         return rows, None
                     at -= 1
+                    read += 1
                     data = e.get("data") or {}
-                    if ended < cutoff or (key_id is not None and data.get("key_id") != key_id):
-                        continue
-                    rows.append(request_row(e))
-                    if len(rows) == limit:
-                        more = at >= 0 or month > first_month
-                        return rows, f"{month}:{at}" if more else None
+                    if ended >= cutoff and (key_id is None or data.get("key_id") == key_id):
+                        rows.append(request_row(e))
+                    if len(rows) == limit or read >= most:
+                        return rows, await next_page()
             if month <= first_month:
                 return rows, None
             month, at = _previous_month(month), None

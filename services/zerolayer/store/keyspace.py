@@ -44,6 +44,7 @@ __all__ = [
     "rate_limit",
     "rate_limit_leases_pattern",
     "response",
+    "signing_secret",
     "tenant_objects",
     "text",
     "tier_board",
@@ -174,6 +175,12 @@ KEYSPACE: tuple[KeySpec, ...] = (
     KeySpec("zl:bill:{<tenant>}:invoice:<YYYY-MM>", "string", "invoice JSON", "billing.ledger"),
     KeySpec("zl:bill:tenants", "set", "tenants with usage", "billing.ledger"),
     KeySpec("zl:bill:rejected", "list", "event texts that could not be read", "billing.ledger"),
+    KeySpec(
+        "zl:secret:signing",
+        "string",
+        "32 random bytes (hex) that sign page cursors; made once (SET NX)",
+        "store.signing",
+    ),
 )
 
 
@@ -358,3 +365,9 @@ def bill_tenants() -> str:
 def bill_rejected() -> str:
     """Events that could not be read."""
     return bill_prefix() + "rejected"
+
+
+# Signed tokens (store.signing)
+def signing_secret() -> str:
+    """The secret that page cursors are signed with (shared by every gateway replica)."""
+    return f"{ROOT}secret:signing"

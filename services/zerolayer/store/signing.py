@@ -1,0 +1,76 @@
+"""Opaque tokens the server can check: a page cursor handed to a client comes back only as the
+server made it, for the caller it was made for.
+
+A token is the payload (URL-safe base64) and an HMAC-SHA256 of the payload and its scope (a
+tenant and the filters of the list it pages) under a secret that every gateway replica shares:
+32 random bytes kept in Redis, made by whichever replica asks first (SET NX) and cached in each
+process. A token that was altered, made up, or made for another scope is refused with a 400;
+the payload is not secret (base64), only unforgeable."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+
+import redis.asyncio as aioredis
+
+from zerolayer.errors import InvalidRequest
+from zerolayer.store import keyspace
+
+__all__ = ["Signer"]
+
+_TAG_BYTES = 16  # 128 bits of the HMAC: forging one is a 2^-128 guess
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Signer:
+    """Makes and opens signed tokens with the platform's signing secret."""
+
+    def __init__(self, client: aioredis.Redis):
+        self.client = client
+        self._secret: bytes | None = None
+
+    async def _key(self) -> bytes:
+        if self._secret is None:
+            name = keyspace.signing_secret()
+            await self.client.set(name, secrets.token_hex(32), nx=True)
+            stored = await self.client.get(name)
+            if stored is None:  # deleted between the two calls: make it again
+                return await self._key()
+            self._secret = bytes.fromhex(keyspace.text(stored))
+        return self._secret
+
+    def _tag(self, key: bytes, scope: str, payload: bytes) -> bytes:
+        mac = hmac.new(key, scope.encode() + b"\0" + payload, hashlib.sha256)
+        return mac.digest()[:_TAG_BYTES]
+
+    async def sign(self, scope: str, payload: str) -> str:
+        """A token carrying `payload`, valid for `scope` only."""
+        data = payload.encode()
+        return f"{_b64(data)}.{_b64(self._tag(await self._key(), scope, data))}"
+
+    async def open(self, scope: str, token: str, param: str = "cursor") -> str:
+        """The payload of a token made by sign() for this scope; InvalidRequest (400 naming
+        `param`) for anything else."""
+        body, _, tag = token.partition(".")
+        try:
+            data, got = _unb64(body), _unb64(tag)
+        except (binascii.Error, ValueError):
+            data, got = b"", b""
+        if not got or not hmac.compare_digest(got, self._tag(await self._key(), scope, data)):
+            raise InvalidRequest(
+                f"{param} is not one this server gave for this list: pass the next_cursor of "
+                "the previous page unchanged, with the same filters",
+                param=param,
+            )
+        return data.decode()
