@@ -4,15 +4,21 @@ while the first runs is a 409."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import select
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 from zerolayer.engines.fake import FakeEngine
+from zerolayer.store.keys import KeyStore
 
-from tests.gateway.conftest import SCRIPT, GatewayFactory
+from tests.gateway.conftest import ADMIN_KEY, SCRIPT, GatewayFactory
 from tests.gateway.test_api import CHAT, assert_openai_error, sse_events
 from tests.gateway.test_faults import _leave_after, wait_for
 
@@ -121,3 +127,131 @@ def test_a_stream_whose_client_left_replays_what_it_was_sent(
     assert text == "".join(SCRIPT[:2])
     billed = _billed(gw)
     assert len(billed) == 1 and billed[0]["completion_tokens"] == 2
+
+
+# What a second security review found, over real HTTP (uvicorn in front of the app)
+
+
+def _root(gw: Any) -> str:
+    return gw.http().removesuffix("/v1")
+
+
+def _idem_values(gw: Any, key: str) -> list[bytes]:
+    """What the entries of an Idempotency-Key hold, their kept bodies decoded (base64)."""
+    out = []
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    for name in gw.redis.scan_iter(match=f"zl:idem:*:{digest}"):
+        raw = gw.redis.get(name) or b"{}"
+        out += [raw, base64.b64decode(json.loads(raw).get("content", ""))]
+    return out
+
+
+def test_a_revoked_key_is_never_replayed(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    headers = {**gw.auth, "Idempotency-Key": "revoked-1"}
+    url = _root(gw) + "/v1/chat/completions"
+    assert httpx.post(url, headers=headers, json=CHAT, timeout=30).status_code == 200
+    KeyStore(gw.redis).revoke(gw.key_id)
+    again = httpx.post(url, headers=headers, json=CHAT, timeout=30)
+    assert assert_openai_error(again, 401)["code"] == "invalid_api_key"
+    assert "idempotent-replayed" not in again.headers
+
+
+def test_the_scope_is_the_key_id_path_and_query_not_the_header_text(
+    make_gateway: GatewayFactory,
+) -> None:
+    gw = make_gateway()
+    key = gw.auth["Authorization"].split(" ", 1)[1]
+    url = _root(gw) + "/v1/chat/completions"
+    ids = set()
+    for spelling in (f"Bearer {key}", f"bearer {key}", f"BEARER {key}", f"Bearer   {key}"):
+        headers = {"Authorization": spelling, "Idempotency-Key": "spelled-1"}
+        ids.add(httpx.post(url, headers=headers, json=CHAT, timeout=30).json()["id"])
+    assert len(ids) == 1  # one run, three replays
+    assert len(_billed(gw)) == 1
+    # the query is part of what was asked: another chunk size is another request
+    text = "The quick brown fox jumps over the lazy dog. " * 20
+    sizes = []
+    for n in (8, 64):
+        r = httpx.post(
+            f"{_root(gw)}/v1/chunks?model=smollm2-135m&chunk_tokens={n}",
+            headers={**gw.auth, "Idempotency-Key": "chunks-1", "content-type": "text/plain"},
+            content=text.encode(),
+            timeout=30,
+        )
+        assert r.status_code == 200 and "idempotent-replayed" not in r.headers, r.text
+        sizes.append(len([line for line in r.text.splitlines() if '"chunk"' in line]))
+    assert sizes[0] > sizes[1] >= 1
+
+
+def test_a_store_false_response_is_not_kept_and_not_replayed(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    headers = {**gw.auth, "Idempotency-Key": "nostore-1"}
+    body = {"model": "smollm2-135m", "input": "Say something", "store": False}
+    url = _root(gw) + "/v1/responses"
+    first = httpx.post(url, headers=headers, json=body, timeout=30)
+    assert first.status_code == 200
+    text = first.json()["output"][0]["content"][0]["text"]
+    kept = _idem_values(gw, "nostore-1")
+    assert text and len(kept) == 2 and not any(text.encode() in v for v in kept)
+    again = httpx.post(url, headers=headers, json=body, timeout=30)
+    assert assert_openai_error(again, 409)["code"] == "idempotency_result_not_kept"
+    assert len(_billed(gw)) == 1  # it did not run again
+
+
+def test_a_deleted_response_or_conversation_is_not_replayed(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    root = _root(gw)
+    headers = {**gw.auth, "Idempotency-Key": "deleted-1"}
+    body = {"model": "smollm2-135m", "input": "Say something"}
+    first = httpx.post(root + "/v1/responses", headers=headers, json=body, timeout=30)
+    assert first.status_code == 200
+    rid = first.json()["id"]
+    replayed = httpx.post(root + "/v1/responses", headers=headers, json=body, timeout=30)
+    assert replayed.headers["idempotent-replayed"] == "true"  # while it exists
+    assert httpx.delete(f"{root}/v1/responses/{rid}", headers=gw.auth).status_code == 200
+    again = httpx.post(root + "/v1/responses", headers=headers, json=body, timeout=30)
+    assert assert_openai_error(again, 409)["code"] == "idempotency_result_deleted"
+    assert rid not in again.text
+    # a conversation deleted after its creation was acknowledged
+    conv = {"metadata": {"topic": "secret plans"}}
+    headers = {**gw.auth, "Idempotency-Key": "deleted-2"}
+    made = httpx.post(root + "/v1/conversations", headers=headers, json=conv, timeout=30)
+    cid = made.json()["id"]
+    assert httpx.delete(f"{root}/v1/conversations/{cid}", headers=gw.auth).status_code == 200
+    again = httpx.post(root + "/v1/conversations", headers=headers, json=conv, timeout=30)
+    assert assert_openai_error(again, 409)["code"] == "idempotency_result_deleted"
+    assert "secret plans" not in again.text
+
+
+def test_a_key_made_through_the_admin_api_is_never_kept(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}", "Idempotency-Key": "admin-1"}
+    made = httpx.post(_root(gw) + "/admin/keys", headers=headers, json={"plan": "pro"}, timeout=30)
+    assert made.status_code == 201, made.text
+    secret = made.json()["key"].encode()
+    assert not any(secret in v for v in _idem_values(gw, "admin-1"))
+
+
+def test_a_slow_body_with_the_header_and_no_key_times_out(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway(gateway={"body_timeout_s": 1.0})
+    host, port = _root(gw).removeprefix("http://").split(":")
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        "Idempotency-Key: slow-1\r\ncontent-length: 100\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        t0 = time.monotonic()
+        sock.sendall(head.encode() + b'{"model": ')  # and then one byte now and then
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            if select.select([sock], [], [], 0.5)[0]:
+                piece = sock.recv(65536)
+                if not piece:
+                    break
+                reply += piece
+            else:
+                sock.sendall(b" ")
+        waited = time.monotonic() - t0
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert waited < 10

@@ -114,6 +114,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app.add_middleware(
         Idempotency,
         client=parts.limiter.client,
+        lookup=parts.lookup_key,
         ttl_s=idem.ttl_s,
         max_bytes=idem.max_body_bytes,
         max_body_bytes=cfg.gateway.max_body_bytes,

@@ -77,9 +77,11 @@ class Responder:
         # gateway died is free again this long after
         self.lease_ms = int(pipeline.config.gateway.concurrency_lease_s * 1000)
 
-    async def create(self, body: CreateResponseRequest, record: ApiKeyRecord) -> Response:
-        """POST /v1/responses."""
-        rid = new_id("resp")
+    async def create(
+        self, body: CreateResponseRequest, record: ApiKeyRecord, rid: str | None = None
+    ) -> Response:
+        """POST /v1/responses (as response `rid`, a new id when None)."""
+        rid = rid or new_id("resp")
         try:
             # the stored history is read while the limits are checked (one round trip less)
             loading = asyncio.ensure_future(self._turn(body, record, rid))

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from zerolayer.conversations import input_items, new_id
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import ConversationsDep, Tenant
 from zerolayer.gateway.http import Cursor, cursor, found
+from zerolayer.gateway.idempotency import kept_object
 from zerolayer.gateway.replies import Conversation, ConversationDeleted, Item, ItemList, json_reply
 from zerolayer.gateway.response_bodies import (
     AddItemsRequest,
@@ -27,11 +28,13 @@ router = APIRouter(prefix="/v1/conversations", route_class=BodyRoute)
 
 @router.post("", responses=json_reply(Conversation))
 async def create(
-    body: CreateConversationRequest, owner: Tenant, store: ConversationsDep
+    request: Request, body: CreateConversationRequest, owner: Tenant, store: ConversationsDep
 ) -> dict[str, Any]:
     """Create a conversation, with up to 20 first items."""
     items = input_items(body.items or [], "items")
-    return await store.create_conversation(owner, new_id("conv"), body.metadata or {}, items)
+    cid = new_id("conv")
+    kept_object(request, "conversation", cid)
+    return await store.create_conversation(owner, cid, body.metadata or {}, items)
 
 
 @router.get("/{conversation_id}", responses=json_reply(Conversation))
@@ -42,9 +45,14 @@ async def retrieve(owner: Tenant, store: ConversationsDep, conversation_id: str)
 
 @router.post("/{conversation_id}", responses=json_reply(Conversation))
 async def update(
-    body: UpdateConversationRequest, owner: Tenant, store: ConversationsDep, conversation_id: str
+    request: Request,
+    body: UpdateConversationRequest,
+    owner: Tenant,
+    store: ConversationsDep,
+    conversation_id: str,
 ) -> dict[str, Any]:
     """Replace a conversation's metadata."""
+    kept_object(request, "conversation", conversation_id)
     return await found(store.update_conversation(owner, conversation_id, body.metadata or {}))
 
 
@@ -57,9 +65,14 @@ async def delete(owner: Tenant, store: ConversationsDep, conversation_id: str) -
 
 @router.post("/{conversation_id}/items", responses=json_reply(ItemList))
 async def add_items(
-    body: AddItemsRequest, owner: Tenant, store: ConversationsDep, conversation_id: str
+    request: Request,
+    body: AddItemsRequest,
+    owner: Tenant,
+    store: ConversationsDep,
+    conversation_id: str,
 ) -> dict[str, Any]:
     """Add up to 20 items to a conversation."""
+    kept_object(request, "conversation", conversation_id)
     items = input_items(body.items, "items")
     await found(store.add_items(owner, conversation_id, items))
     return {

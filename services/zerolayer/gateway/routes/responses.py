@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from zerolayer.conversations import page
+from zerolayer.conversations import new_id, page
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ResponderDep
 from zerolayer.gateway.http import Cursor, cursor, found
+from zerolayer.gateway.idempotency import kept_object, not_kept
 from zerolayer.gateway.replies import (
     ItemList,
     ResponseDeleted,
@@ -32,10 +33,15 @@ router = APIRouter(prefix="/v1/responses", route_class=BodyRoute)
     "", responses=streamed_reply(ResponseObject, "event: response.created ... response.completed")
 )
 async def create(
-    body: CreateResponseRequest, record: CurrentKey, responder: ResponderDep
+    request: Request, body: CreateResponseRequest, record: CurrentKey, responder: ResponderDep
 ) -> Response:
     """Generate a response, and store it before its id reaches the client."""
-    return await responder.create(body, record)
+    rid = new_id("resp")
+    if body.store is False:
+        not_kept(request)
+    else:
+        kept_object(request, "response", rid)
+    return await responder.create(body, record, rid)
 
 
 @router.get("/{response_id}", responses=json_reply(ResponseObject))
