@@ -29,6 +29,8 @@ CHAT = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}]
         ("chat", {"logprobs": True}, "logprobs"),
         ("chat", {"top_logprobs": 3}, "top_logprobs"),
         ("completions", {"logprobs": 5}, "logprobs"),
+        ("chat", {"user": "u" * 513}, "user"),
+        ("completions", {"user": "u" * 513}, "user"),
     ],
 )
 def test_wrong_types_and_unserved_fields_are_400s(

@@ -321,6 +321,9 @@ def test_store_false_stores_nothing(make_gateway: GatewayFactory) -> None:
         ({"input": "x", "reasoning": {"effort": "high"}}, "reasoning"),
         ({"input": "x", "background": True}, "background"),
         ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+        ({"input": "x", "user": "u" * 513}, "user"),
+        ({"input": "x", "safety_identifier": "s" * 513}, "safety_identifier"),
+        ({"input": "x", "prompt_cache_key": "p" * 513}, "prompt_cache_key"),
         ({"input": "x", "store": False, "conversation": "conv_1"}, "store"),
         ({"input": "x", "truncation": "sometimes"}, "truncation"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
@@ -543,3 +546,11 @@ def test_a_refused_or_failed_response_gives_its_concurrency_slot_back(
         assert leases(a) == 0, body
     ok = a.client.post("/v1/responses", headers=a.auth, json={"model": MODEL, "input": "x"})
     assert ok.status_code == 200  # the one slot is free
+
+
+def test_identifiers_up_to_512_characters_are_kept(make_gateway: GatewayFactory) -> None:
+    a = make_gateway()
+    ids = {"user": "u" * 512, "safety_identifier": "s" * 512, "prompt_cache_key": "p" * 512}
+    r = a.client.post("/v1/responses", headers=a.auth, json={"model": MODEL, "input": "x", **ids})
+    assert r.status_code == 200, r.text
+    assert {k: r.json()[k] for k in ids} == ids

@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from zerolayer.gateway.schemas import MAX_ID_CHARS
+
 __all__ = [
     "Metadata",
     "CreateResponseRequest",
@@ -97,9 +99,15 @@ class CreateResponseRequest(_Body):
     top_logprobs: int | None = Field(default=None, description="Not served: only 0")
     reasoning: dict[str, Any] | None = Field(default=None, description="Not served: no settings")
     background: bool | None = Field(default=None, description="Not served: only false")
-    user: str | None = Field(default=None, description="End-user id, for the customer's records")
-    safety_identifier: str | None = Field(default=None, description="Echoed back")
-    prompt_cache_key: str | None = Field(default=None, description="Echoed back")
+    user: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="End-user id, for the customer's records"
+    )
+    safety_identifier: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="Echoed back"
+    )
+    prompt_cache_key: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="Echoed back"
+    )
 
     @field_validator("tools")
     @classmethod

@@ -21,6 +21,11 @@ __all__ = [
 ]
 
 
+# the longest end-user id, safety identifier or prompt cache key kept with a request (they are
+# echoed back and stored with a response: unbounded, one field could hold a whole body)
+MAX_ID_CHARS = 512
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -82,7 +87,9 @@ class _Sampling(_Body):
     stop: str | list[str] | None = Field(default=None, description="Up to 4 stop strings")
     stream: bool = Field(default=False, strict=True, description="Reply as server-sent events")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options")
-    user: str | None = Field(default=None, description="End-user id, for the customer's records")
+    user: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="End-user id, for the customer's records"
+    )
 
     @field_validator("logprobs", "top_logprobs")
     @classmethod
