@@ -118,6 +118,12 @@ def test_responses_expire_and_conversations_do_not_unless_configured(run: Any) -
         await store.create_conversation("t", cid, {}, input_items("hi"))
         for suffix in ("", ":order", ":items"):
             assert 0 < await client.ttl(f"zl:conv:{{{cid}}}{suffix}") <= 120
+        # replacing its metadata is a change: every part lives its whole time again
+        for suffix in ("", ":order", ":items"):
+            await client.expire(f"zl:conv:{{{cid}}}{suffix}", 5)
+        await store.update_conversation("t", cid, {"topic": "x"})
+        for suffix in ("", ":order", ":items"):
+            assert 60 < await client.ttl(f"zl:conv:{{{cid}}}{suffix}") <= 120
 
     run(timed, conversation_ttl_s=120)
 

@@ -554,3 +554,15 @@ def test_identifiers_up_to_512_characters_are_kept(make_gateway: GatewayFactory)
     r = a.client.post("/v1/responses", headers=a.auth, json={"model": MODEL, "input": "x", **ids})
     assert r.status_code == 200, r.text
     assert {k: r.json()[k] for k in ids} == ids
+
+
+def test_stored_objects_expire_by_default(make_gateway: GatewayFactory) -> None:
+    a = make_gateway()
+    made = a.client.post("/v1/conversations", headers=a.auth, json={"metadata": {"k": "v"}})
+    assert made.status_code == 200, made.text
+    cid = made.json()["id"]
+    r = a.client.post("/v1/responses", headers=a.auth, json={"model": MODEL, "input": "x"})
+    rid = r.json()["id"]
+    month = 30 * 86400
+    assert month - 60 < a.redis.ttl(f"zl:conv:{{{cid}}}") <= month
+    assert month - 60 < a.redis.ttl(f"zl:resp:{{{rid}}}") <= month

@@ -280,9 +280,10 @@ class ConversationsConfig(Strict):
         "continued from); None: until deleted",
     )
     conversation_ttl_s: int | None = Field(
-        default=None,
+        default=30 * 86400,
         ge=60,
-        description="How long a conversation lives after its last change; None: until deleted",
+        description="How long a conversation lives after its last change (created, items "
+        "added, metadata replaced); None: until deleted",
     )
 
 

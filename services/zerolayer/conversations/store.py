@@ -208,7 +208,16 @@ class ConversationStore:
     ) -> dict[str, Any]:
         """Replace a conversation's metadata."""
         conv = await self.conversation(tenant, cid)
-        await self.client.hset(_conv(cid), "metadata", json.dumps(metadata))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(_conv(cid), "metadata", json.dumps(metadata))
+        if self.conversation_ttl_ms:  # a change: it lives its whole time again from now
+            for key in (
+                _conv(cid),
+                keyspace.conversation_order(cid),
+                keyspace.conversation_items(cid),
+            ):
+                pipe.pexpire(key, self.conversation_ttl_ms)
+        await pipe.execute()
         return {**conv, "metadata": metadata}
 
     async def delete_conversation(self, tenant: str, cid: str) -> None:
