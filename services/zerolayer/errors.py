@@ -23,6 +23,7 @@ __all__ = [
     "RetryLater",
     "RateLimited",
     "Overloaded",
+    "StoreFull",
     "StoreUnavailable",
     "ShuttingDown",
     "TierUnavailable",
@@ -176,6 +177,15 @@ class StoreUnavailable(RetryLater):
     status_code = 503
     error_type = "server_error"
     code = "store_unavailable"
+
+
+class StoreFull(RetryLater):
+    """The platform's Redis is at its memory limit and refuses writes (nothing stored is
+    dropped to make room): nothing was taken or changed; an operator must make room."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "store_full"
 
 
 class ShuttingDown(RetryLater):

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.store.embedded import EmbeddedRedis
 
 from tests.gateway.conftest import SCRIPT, GatewayFactory
+from tests.gateway.test_api import assert_openai_error
 from tests.gateway.test_faults import kill_under_load
 
 pytestmark = pytest.mark.slow  # seconds of load or faults per test
@@ -118,4 +120,34 @@ def test_redis_killed_while_20_clients_hold_conversations(
             assert lost_responses == lost_turns == lost_conversations == 0
     finally:
         restarted.stop()
+        server.stop()
+
+
+def test_a_full_redis_refuses_writes_with_503_store_full_and_keeps_what_it_holds(
+    make_gateway: GatewayFactory, tmp_path: Path
+) -> None:
+    server = EmbeddedRedis(tmp_path / "redis", maxmemory="4mb")
+    server.start()
+    try:
+        gw = make_gateway(store=server.secret_url())
+        made = gw.client.post("/v1/conversations", headers=gw.auth, json={"metadata": {"a": "b"}})
+        assert made.status_code == 200, made.text
+        metrics = gw.client.get("/metrics").text
+        assert "zerolayer_redis_maxmemory_bytes 4194304" in metrics
+        assert "zerolayer_redis_used_memory_bytes " in metrics
+        filler = server.client()
+        n = 0
+        for size in (65536, 4096, 256, 16):  # until not even a small write fits
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                while n < 5000:
+                    filler.set(f"filler:{n}", b"x" * size)
+                    n += 1
+        r = gw.client.post("/v1/conversations", headers=gw.auth, json={})
+        err = assert_openai_error(r, 503, "server_error")
+        assert err["code"] == "store_full" and int(r.headers["retry-after"]) >= 1
+        # nothing stored was dropped to make room
+        kept = gw.client.get(f"/v1/conversations/{made.json()['id']}", headers=gw.auth)
+        assert kept.status_code == 200 and kept.json()["metadata"] == {"a": "b"}
+        assert filler.exists("filler:0")
+    finally:
         server.stop()

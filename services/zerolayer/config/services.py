@@ -47,6 +47,13 @@ class RedisConfig(Strict):
     data_dir: str | None = Field(
         default=None, description="Embedded Redis data dir; default <cache>/redis"
     )
+    maxmemory: str = Field(
+        default="1gb",
+        pattern=r"^[0-9]+(b|kb|mb|gb)?$",
+        description="Embedded Redis: the most memory it holds (Redis's size syntax, e.g. 512mb). "
+        "Past it, writes are refused (noeviction: nothing stored is dropped) and the platform "
+        "answers 503 store_full; /metrics shows how full it is",
+    )
 
 
 class RayConfig(Strict):

@@ -12,10 +12,16 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from zerolayer.errors import APIError, InvalidRequest, StoreUnavailable, openai_error_body
+from zerolayer.errors import (
+    APIError,
+    InvalidRequest,
+    StoreFull,
+    StoreUnavailable,
+    openai_error_body,
+)
 from zerolayer.gateway import routes
 from zerolayer.gateway.bodies import BodyLimits, unparsed_message, validation_message
 from zerolayer.gateway.catalog import Catalog
@@ -79,6 +85,14 @@ def create_app(parts: GatewayParts) -> FastAPI:
 
     @app.exception_handler(RedisError)
     async def _store_down(_: Request, exc: RedisError) -> JSONResponse:
+        if isinstance(exc, OutOfMemoryError):  # at its memory limit: it refuses every write
+            return error_response(
+                StoreFull(
+                    "the platform's store is full and refuses new data; nothing was taken. "
+                    "Retry later (the operator has been alerted)",
+                    30.0,
+                )
+            )
         # Redis did not answer (down, restarting, loading its AOF): nothing was taken, retry
         return error_response(
             StoreUnavailable(

@@ -333,7 +333,9 @@ class Platform:
                     ready.append((name, tier))
         if self.cfg.redis.url is None:
             rc = self.cfg.redis
-            self._redis = EmbeddedRedis(self.cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
+            self._redis = EmbeddedRedis(
+                self.cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync, rc.maxmemory
+            )
             url = self._redis.start()
             self._say(
                 f"redis: embedded server at {url} (password in {self._redis.secret_file}; "

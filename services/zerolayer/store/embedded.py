@@ -6,7 +6,10 @@ locked to the platform.
 - The default user is off. The platform's user `zerolayer` has a generated password, kept in
   `<data>/secret` (mode 0600) and in an ACL file (mode 0600); it may run every command except
   those of the `@dangerous` category (FLUSHALL, CONFIG, DEBUG, MODULE, SHUTDOWN, KEYS,
-  REPLICAOF, ...). Protected configs, DEBUG and MODULE are also off in the server itself.
+  REPLICAOF, ...), except INFO (read-only: /metrics reports how full the server is).
+  Protected configs, DEBUG and MODULE are also off in the server itself.
+- It holds at most `redis.maxmemory` (1 GB by default) with the `noeviction` policy: when it is
+  full, writes are refused (the gateway answers 503 `store_full`) and nothing stored is dropped.
 - Every file the server writes is created with mode 0600 (the server runs under umask 077).
 - A server already answering on the socket is reused (a `zerolayer up` in another terminal)
   only if it accepts the secret: only this user can create a socket in that folder.
@@ -107,10 +110,12 @@ class EmbeddedRedis:
         data_dir: Path,
         port: int | None = None,
         appendfsync: Literal["always", "everysec"] = "always",
+        maxmemory: str = "1gb",
     ):
         self.data_dir = Path(data_dir)
         self.port = port
         self.appendfsync = appendfsync
+        self.maxmemory = maxmemory
         self.socket = _socket_dir(self.data_dir) / _SOCKET
         self.secret_file = self.data_dir / "secret"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -161,7 +166,7 @@ class EmbeddedRedis:
         digest = hashlib.sha256(self.password().encode()).hexdigest()
         acl = (
             "user default off resetkeys resetchannels -@all\n"
-            f"user {USER} on #{digest} ~* &* +@all -@dangerous\n"
+            f"user {USER} on #{digest} ~* &* +@all -@dangerous +info\n"
         )
         write_private(self.data_dir / "users.acl", acl)
 
@@ -206,6 +211,10 @@ class EmbeddedRedis:
             self.appendfsync,
             "--save",
             "",
+            "--maxmemory",
+            self.maxmemory,
+            "--maxmemory-policy",
+            "noeviction",
             "--daemonize",
             "no",
             "--protected-mode",
@@ -298,7 +307,9 @@ def platform_redis_config(cfg: PlatformConfig) -> Iterator[RedisConfig]:
     embedded = None
     rc = cfg.redis
     if rc.url is None:
-        embedded = EmbeddedRedis(cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync)
+        embedded = EmbeddedRedis(
+            cfg.redis_data_dir(), rc.embedded_port, rc.appendfsync, rc.maxmemory
+        )
         embedded.start()
         rc = embedded.config()
     try:

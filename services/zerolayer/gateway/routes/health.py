@@ -3,6 +3,8 @@ replica) and GET /metrics (Prometheus)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
@@ -38,4 +40,23 @@ async def metrics(parts: Parts, pipeline: PipelineDep, catalog: CatalogDep) -> P
     except (RedisError, OSError):
         # the counters live in Redis: without it there are none, and that is the news
         return PlainTextResponse(up.format(0), media_type=_PROMETHEUS)
-    return PlainTextResponse(up.format(1) + text, media_type=_PROMETHEUS)
+    return PlainTextResponse(
+        up.format(1) + await _memory(parts.limiter.client) + text, media_type=_PROMETHEUS
+    )
+
+
+async def _memory(client: Any) -> str:
+    """How full Redis is (its INFO memory), for the alert before it refuses writes; nothing
+    when the server does not let the platform read INFO (an external Redis's ACL)."""
+    try:
+        info = await client.info("memory")
+    except (RedisError, OSError):
+        return ""
+    out = ""
+    for name, field, what in (
+        ("used_memory_bytes", "used_memory", "Memory the platform's Redis holds"),
+        ("maxmemory_bytes", "maxmemory", "Its memory limit (0: none); past it writes are refused"),
+    ):
+        out += f"# HELP zerolayer_redis_{name} {what}\n# TYPE zerolayer_redis_{name} gauge\n"
+        out += f"zerolayer_redis_{name} {int(info.get(field, 0))}\n"
+    return out
