@@ -378,3 +378,25 @@ def test_month_of_agrees_with_datetime_at_month_ends(when: str) -> None:
     month, left = month_of(t.timestamp())
     assert month == f"{t.year:04d}-{t.month:02d}"
     assert left == pytest.approx(nxt.timestamp() - t.timestamp(), abs=1e-6)
+
+
+def test_the_other_routes_have_a_per_key_limit_apart_from_model_calls(
+    make_gateway: GatewayFactory,
+) -> None:
+    gw = make_gateway(
+        plans={"api": plan(requests_per_minute=100, api_requests_per_minute=3)}, key_plan="api"
+    )
+    for _ in range(5):  # model calls count against requests_per_minute only
+        assert ask(gw).status_code == 200
+    routes = [("GET", "/v1/keys"), ("GET", "/v1/account"), ("POST", "/v1/conversations")]
+    for method, path in routes:
+        r = gw.client.request(method, path, headers=gw.auth, json={} if method == "POST" else None)
+        assert r.status_code == 200, (path, r.text)
+    refused = gw.client.get("/v1/requests", headers=gw.auth)
+    err = assert_openai_error(refused, 429, "rate_limit_error")
+    assert err["code"] == "api_requests_per_minute" and "3 of 3" in err["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert ask(gw).status_code == 200  # model calls still go through
+    # another key of its own minute is not affected
+    other = make_gateway(plans={"api": plan(api_requests_per_minute=3)}, key_plan="api")
+    assert other.client.get("/v1/keys", headers=other.auth).status_code == 200

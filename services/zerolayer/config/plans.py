@@ -117,6 +117,12 @@ class PlanLimits(Strict):
     concurrent_requests: int | None = Field(
         default=None, ge=1, description="Requests of one key in flight at once"
     )
+    api_requests_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests per minute to every other route (usage, keys, conversations, "
+        "stored responses, models): counted apart from the model calls' requests_per_minute",
+    )
     monthly_budget_usd: Decimal | None = Field(
         default=None, ge=0, description="Spend per key and calendar month (UTC), in USD"
     )

@@ -19,7 +19,7 @@ from zerolayer.conversations import ConversationStore
 from zerolayer.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from zerolayer.gateway.bodies import parse
 from zerolayer.gateway.catalog import Catalog
-from zerolayer.gateway.http import authorise, authorise_reader, is_admin
+from zerolayer.gateway.http import authorise, is_admin
 from zerolayer.gateway.meter import Meter
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.pipeline import Pipeline
@@ -37,6 +37,7 @@ __all__ = [
     "PipelineDep",
     "LedgerDep",
     "MeterDep",
+    "ModelKey",
     "Parts",
     "Reader",
     "ResponderDep",
@@ -47,6 +48,7 @@ __all__ = [
     "body_of",
     "current_key",
     "current_tenant",
+    "model_key",
     "parts_dep",
     "parts_of",
     "reader",
@@ -59,14 +61,27 @@ def parts_of(request: Request) -> GatewayParts:
     return parts
 
 
-async def current_key(request: Request) -> ApiKeyRecord:
-    """The record of the request's bearer key; 401 when missing, unknown or revoked."""
+async def model_key(request: Request) -> ApiKeyRecord:
+    """The record of the request's bearer key, for the model calls (whose requests the request
+    path counts against the plan's limits); 401 when missing, unknown or revoked."""
     return await authorise(request, parts_of(request).lookup_key)
 
 
-async def current_tenant(request: Request) -> str:
+async def current_key(request: Request) -> ApiKeyRecord:
+    """The record of the request's bearer key, for every other route: 401 when missing,
+    unknown or revoked, 429 past the plan's api_requests_per_minute (one count per request:
+    FastAPI solves a dependency once per request however many others use it)."""
+    parts = parts_of(request)
+    record = await authorise(request, parts.lookup_key)
+    plan = parts.config.plans.get(record.plan)
+    if plan is not None:
+        await parts.limiter.api_request(record.key_id, record.plan, plan)
+    return record
+
+
+async def current_tenant(record: ApiKeyRecord = Depends(current_key)) -> str:
     """The tenant of the request's bearer key (what its stored objects and usage belong to)."""
-    return (await current_key(request)).owner
+    return record.owner
 
 
 def admin_guard(parts: GatewayParts, request: Request) -> KeyStore:
@@ -90,13 +105,16 @@ async def admin_keys(request: Request) -> KeyStore:
 
 
 async def reader(request: Request) -> ApiKeyRecord | None:
-    """For the routes that read the catalogue: an API key's record, or None for the admin
-    key."""
+    """For the routes that read the catalogue: an API key's record (counted as current_key
+    counts), or None for the admin key."""
     parts = parts_of(request)
-    return await authorise_reader(request, parts.lookup_key, parts.config.gateway.admin_key_sha256)
+    if is_admin(request, parts.config.gateway.admin_key_sha256):
+        return None
+    return await current_key(request)
 
 
 CurrentKey = Annotated[ApiKeyRecord, Depends(current_key)]
+ModelKey = Annotated[ApiKeyRecord, Depends(model_key)]
 Tenant = Annotated[str, Depends(current_tenant)]
 AdminKeys = Annotated[KeyStore, Depends(admin_keys)]
 Reader = Annotated[ApiKeyRecord | None, Depends(reader)]

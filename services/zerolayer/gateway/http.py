@@ -28,7 +28,6 @@ __all__ = [
     "error_response",
     "authorise",
     "is_admin",
-    "authorise_reader",
     "ClosingStream",
     "Cursor",
     "cursor",
@@ -65,16 +64,6 @@ def is_admin(request: Request, admin_sha256: str | None) -> bool:
     if admin_sha256 is None or scheme.lower() != "bearer" or not key.strip():
         return False
     return hmac.compare_digest(hash_key(key.strip()), admin_sha256)
-
-
-async def authorise_reader(
-    request: Request, lookup_key: KeyLookup, admin_sha256: str | None
-) -> ApiKeyRecord | None:
-    """For the routes that read the catalogue (models, silence maps): an API key's record, or
-    None for the admin key; 401 for anything else."""
-    if is_admin(request, admin_sha256):
-        return None
-    return await authorise(request, lookup_key)
 
 
 class ClosingStream(StreamingResponse):

@@ -30,7 +30,8 @@ count plus its reservation fits the limit, or when the minute is still empty (so
 larger than the whole limit is not refused for ever).
 
 Redis keys (zerolayer.store.keyspace; hash-tagged by key id, so one key's are on one shard):
-rl:{id}:req:<minute>, rl:{id}:tok:<minute>, rl:{id}:conc, rl:{id}:res:<request id>,
+rl:{id}:req:<minute>, rl:{id}:api:<minute> (the other routes' requests, `api_request`),
+rl:{id}:tok:<minute>, rl:{id}:conc, rl:{id}:res:<request id>,
 rl:{id}:cost:<YYYY-MM> (nano-USD). The scripts build the minute's and the reservation's key
 names from the key's prefix: all share its hash tag.
 """
@@ -124,6 +125,21 @@ end
 redis.call('ZADD', leases, now + lease, rid)
 redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'nanos', 0)
 return {'ok', counted, now}
+"""
+)
+
+# ARGV: now_ms|0, prefix, limit: one request of the minute to the routes other than the model
+# calls, unless the minute's are used up
+_API = (
+    _COMMON
+    + """
+local now = now_ms()
+local k = ARGV[2] .. ':api:' .. math.floor(now / 60000)
+local used = tonumber(redis.call('GET', k) or '0')
+if used >= tonumber(ARGV[3]) then return {0, used, now} end
+used = redis.call('INCR', k)
+redis.call('EXPIRE', k, 120)
+return {1, used, now}
 """
 )
 
@@ -221,6 +237,7 @@ _NAMES = {
     "tokens_per_minute": "tokens per minute",
     "concurrent_requests": "concurrent requests",
     "monthly_budget": "monthly budget",
+    "api_requests_per_minute": "requests per minute to the other routes",
 }
 
 
@@ -317,6 +334,7 @@ class Limiter:
         self.dedupe_ttl_s = dedupe_ttl_s
         self.events = EventWriter(client, dedupe_ttl_s)  # usage events that settle nothing
         self.clock = clock  # None: Redis's time (tests pin it)
+        self._api = client.register_script(_API)
         self._request = client.register_script(_REQUEST)
         self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
@@ -349,6 +367,18 @@ class Limiter:
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
         return Reservation(key_id, request_id, int(now // 60), day_of(self.now()), int(used))
+
+    async def api_request(self, key_id: str, plan_name: str, plan: PlanConfig) -> None:
+        """Count one request to a route other than the model calls against the plan's
+        api_requests_per_minute, or raise RateLimited (refusals do not count)."""
+        cap = plan.limits.api_requests_per_minute
+        if cap is None:
+            return
+        ok, used, now_ms = await self._api(args=[self._pinned_ms(), _prefix(key_id), cap])
+        if not int(ok):
+            raise self._refusal(
+                "api_requests_per_minute", int(used), plan_name, plan, 0, 0, int(now_ms) / 1000
+            )
 
     async def reserve(
         self,

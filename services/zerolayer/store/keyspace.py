@@ -79,6 +79,12 @@ KEYSPACE: tuple[KeySpec, ...] = (
     ),
     KeySpec("zl:traffic:keys", "set", "key ids with a traffic stream", "store.traffic"),
     KeySpec("zl:rl:{<key id>}:req:<minute>", "string", "requests counted", "gateway.limits (Lua)"),
+    KeySpec(
+        "zl:rl:{<key id>}:api:<minute>",
+        "string",
+        "requests to the other routes counted",
+        "gateway.limits (Lua)",
+    ),
     KeySpec("zl:rl:{<key id>}:tok:<minute>", "string", "tokens counted", "gateway.limits (Lua)"),
     KeySpec(
         "zl:rl:{<key id>}:cost:<YYYY-MM>", "string", "month spend, nano-USD", "gateway.limits (Lua)"

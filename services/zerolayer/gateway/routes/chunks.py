@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from zerolayer.errors import APIError, InvalidRequest
 from zerolayer.gateway.bodies import BodyRoute, is_text_stream
 from zerolayer.gateway.chunks import Cut, CutDone
-from zerolayer.gateway.deps import CurrentKey, PipelineDep, body_of
+from zerolayer.gateway.deps import ModelKey, PipelineDep, body_of
 from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.replies import ChunkList, streamed_reply
 from zerolayer.gateway.schemas import ChunksRequest
@@ -103,7 +103,7 @@ async def _lines(cuts: AsyncGenerator[Cut | CutDone, None]) -> AsyncIterator[byt
         ChunkList, "one chunk object per line, then chunks.done", "application/x-ndjson"
     ),
 )
-async def chunks(request: Request, record: CurrentKey, pipeline: PipelineDep) -> Response:
+async def chunks(request: Request, record: ModelKey, pipeline: PipelineDep) -> Response:
     """Chunks of a text for the key's model (the key first, then the body)."""
     if is_text_stream(request.headers.get("content-type")):
         model_id, options = query_options(request, pipeline.config.chunker.chunk_tokens)

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from zerolayer.gateway.bodies import BodyRoute
-from zerolayer.gateway.deps import CurrentKey, PipelineDep
+from zerolayer.gateway.deps import ModelKey, PipelineDep
 from zerolayer.gateway.fit import Fit, Refuse, Summarize
 from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.pipeline import Answered, Ask, Opened
@@ -76,7 +76,7 @@ def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
 
 
 async def _complete(
-    body: ChatCompletionRequest | CompletionRequest, record: CurrentKey, pipeline: PipelineDep
+    body: ChatCompletionRequest | CompletionRequest, record: ModelKey, pipeline: PipelineDep
 ) -> Response:
     answer = await pipeline(ask_of(body), record)
     headers = pipeline.meter.headers(answer.call)
@@ -89,7 +89,7 @@ async def _complete(
     responses=streamed_reply(ChatCompletion, "data: {chat.completion.chunk} ... data: [DONE]"),
 )
 async def chat_completions(
-    body: ChatCompletionRequest, record: CurrentKey, pipeline: PipelineDep
+    body: ChatCompletionRequest, record: ModelKey, pipeline: PipelineDep
 ) -> Response:
     """Answer a conversation, whole or streamed."""
     return await _complete(body, record, pipeline)
@@ -99,8 +99,6 @@ async def chat_completions(
     "/completions",
     responses=streamed_reply(TextCompletion, "data: {text_completion} ... data: [DONE]"),
 )
-async def completions(
-    body: CompletionRequest, record: CurrentKey, pipeline: PipelineDep
-) -> Response:
+async def completions(body: CompletionRequest, record: ModelKey, pipeline: PipelineDep) -> Response:
     """Continue a text prompt, whole or streamed."""
     return await _complete(body, record, pipeline)

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from zerolayer.conversations import new_id, page
 from zerolayer.gateway.bodies import BodyRoute
-from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ResponderDep
+from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ModelKey, ResponderDep
 from zerolayer.gateway.http import Cursor, cursor, found
 from zerolayer.gateway.idempotency import kept_object, not_kept
 from zerolayer.gateway.replies import (
@@ -33,7 +33,7 @@ router = APIRouter(prefix="/v1/responses", route_class=BodyRoute)
     "", responses=streamed_reply(ResponseObject, "event: response.created ... response.completed")
 )
 async def create(
-    request: Request, body: CreateResponseRequest, record: CurrentKey, responder: ResponderDep
+    request: Request, body: CreateResponseRequest, record: ModelKey, responder: ResponderDep
 ) -> Response:
     """Generate a response, and store it before its id reaches the client."""
     rid = new_id("resp")
