@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,6 +19,7 @@ from zerolayer.engines.fake import FakeEngine
 
 from tests.gateway.conftest import SCRIPT, Gateway, GatewayFactory
 from tests.gateway.openresponses import check, check_event
+from tests.gateway.test_api import assert_openai_error
 from tests.gateway.test_faults import _leave_after
 
 MODEL = "smollm2-135m"
@@ -566,3 +568,28 @@ def test_stored_objects_expire_by_default(make_gateway: GatewayFactory) -> None:
     month = 30 * 86400
     assert month - 60 < a.redis.ttl(f"zl:conv:{{{cid}}}") <= month
     assert month - 60 < a.redis.ttl(f"zl:resp:{{{rid}}}") <= month
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_deleting_a_conversation_while_a_response_runs_on_it_is_a_409(
+    make_gateway: GatewayFactory, stream: bool
+) -> None:
+    a = make_gateway(engine=FakeEngine(SCRIPT, delay_s=0.05))
+    conv = client(a).conversations.create(items=[{"role": "user", "content": "Hello"}])
+    body = {"model": MODEL, "input": "Q", "conversation": conv.id, "stream": stream}
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(a.client.post, "/v1/responses", headers=a.auth, json=body)
+        deadline = time.monotonic() + 10
+        while a.engine.requests == 0:  # the response is being generated
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        refused = a.client.delete(f"/v1/conversations/{conv.id}", headers=a.auth)
+        done = running.result(timeout=30)
+    err = assert_openai_error(refused, 409, "invalid_request_error")
+    assert err["code"] == "conversation_busy" and refused.headers["retry-after"]
+    assert done.status_code == 200
+    final = events_of(done.text)[-1]["response"] if stream else done.json()
+    assert final["status"] == "completed"
+    # the response's turn is in the conversation, and once it ended the delete goes through
+    assert len(client(a).conversations.items.list(conv.id).data) == 3
+    assert a.client.delete(f"/v1/conversations/{conv.id}", headers=a.auth).status_code == 200

@@ -80,6 +80,15 @@ redis.call('ZADD', KEYS[2], ARGV[7], 'response:' .. ARGV[6])
 return 1
 """
 
+# KEYS: conv hash, order zset, items hash, lock. ARGV: tenant, force (1/0). Deletes the
+# conversation unless a response holds it (-2) and force is 0; -1: not the tenant's.
+_DELETE = """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return -1 end
+if ARGV[2] ~= '1' and redis.call('EXISTS', KEYS[4]) == 1 then return -2 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return 1
+"""
+
 # KEYS: lock. ARGV: token. Deletes the lock only if this token holds it.
 _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -117,6 +126,7 @@ class ConversationStore:
         self._unlock = client.register_script(_UNLOCK)
         self._renew = client.register_script(_RENEW)
         self._save = client.register_script(_SAVE)
+        self._delete = client.register_script(_DELETE)
 
     # -- responses ---------------------------------------------------------------------------
 
@@ -220,19 +230,23 @@ class ConversationStore:
         await pipe.execute()
         return {**conv, "metadata": metadata}
 
-    async def delete_conversation(self, tenant: str, cid: str) -> None:
-        """Delete a conversation and every item of it."""
-        await self.conversation(tenant, cid)
-        key = _conv(cid)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(
-            key,
-            keyspace.conversation_order(cid),
-            keyspace.conversation_items(cid),
-            keyspace.conversation_lock(cid),
+    async def delete_conversation(self, tenant: str, cid: str, force: bool = False) -> None:
+        """Delete a conversation and every item of it; Busy while a response is generated on
+        it (its items would be added to nothing), unless `force` (a tenant's purge)."""
+        got = await self._delete(
+            keys=[
+                _conv(cid),
+                keyspace.conversation_order(cid),
+                keyspace.conversation_items(cid),
+                keyspace.conversation_lock(cid),
+            ],
+            args=[tenant, 1 if force else 0],
         )
-        pipe.zrem(_objects(tenant), f"conversation:{cid}")
-        await pipe.execute()
+        if got == -1:
+            raise NotFound(f"no conversation {cid}")
+        if got == -2:
+            raise Busy(f"a response is being generated on conversation {cid}")
+        await self.client.zrem(_objects(tenant), f"conversation:{cid}")
 
     async def add_items(
         self, tenant: str, cid: str, items: list[dict[str, Any]], lock: str | None = None
@@ -357,7 +371,7 @@ class ConversationStore:
                 if obj["object"] == "response":
                     await self.delete_response(tenant, obj["id"])
                 else:
-                    await self.delete_conversation(tenant, obj["id"])
+                    await self.delete_conversation(tenant, obj["id"], force=True)
             except NotFound:
                 continue
             counts[obj["object"]] += 1

@@ -13,6 +13,7 @@ from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from pydantic import BaseModel
+from redis.exceptions import OutOfMemoryError
 
 from zerolayer.billing.ledger import Ledger
 from zerolayer.conversations import ConversationStore
@@ -75,7 +76,10 @@ async def current_key(request: Request) -> ApiKeyRecord:
     record = await authorise(request, parts.lookup_key)
     plan = parts.config.plans.get(record.plan)
     if plan is not None:
-        await parts.limiter.api_request(record.key_id, record.plan, plan)
+        try:
+            await parts.limiter.api_request(record.key_id, record.plan, plan)
+        except OutOfMemoryError:
+            pass  # Redis is full and refuses the count: reads still work, writes say store_full
     return record
 
 

@@ -257,6 +257,12 @@ class Responder:
                 "(its lease ran out); its items were not added",
                 1.0,
             ) from exc
+        except NotFound as exc:  # gone meanwhile (its tenant purged, or it expired)
+            raise ObjectNotFound(
+                f"the conversation {turn.conversation} was deleted while this response ran; "
+                "its items were not added",
+                param="conversation",
+            ) from exc
         finally:
             if turn.conversation is not None and not added:
                 self.pipeline.meter.later(self._unlock(turn.conversation, turn.rid))
@@ -312,7 +318,7 @@ class Responder:
                 yield frame
             try:
                 await self._keep(turn, obj, item, finished=ended is not None)
-            except (RedisError, ConversationBusy) as exc:
+            except (RedisError, ConversationBusy, ObjectNotFound) as exc:
                 # status 200 is sent: the response could not be kept, so it fails in-band
                 code = exc.code if isinstance(exc, APIError) else "store_unavailable"
                 obj = {**obj, "status": "failed", "error": {"code": code, "message": str(exc)}}

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from zerolayer.conversations import input_items, new_id
+from zerolayer.conversations import Busy, input_items, new_id
+from zerolayer.errors import ConversationBusy
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import ConversationsDep, Tenant
 from zerolayer.gateway.http import Cursor, cursor, found
@@ -58,8 +59,15 @@ async def update(
 
 @router.delete("/{conversation_id}", responses=json_reply(ConversationDeleted))
 async def delete(owner: Tenant, store: ConversationsDep, conversation_id: str) -> dict[str, Any]:
-    """Delete a conversation and its items."""
-    await found(store.delete_conversation(owner, conversation_id))
+    """Delete a conversation and its items (409 while a response is generated on it)."""
+    try:
+        await found(store.delete_conversation(owner, conversation_id))
+    except Busy as exc:
+        raise ConversationBusy(
+            f"a response is being generated on conversation {conversation_id}; delete it "
+            "once that response ends",
+            1.0,
+        ) from exc
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
 
