@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.protocol import Delta, ReplicaEvent, SamplingSpec, Start, Target
@@ -358,3 +359,39 @@ def test_a_client_gone_mid_stream_pays_what_was_delivered(make_gateway: GatewayF
     )
     # the plan's price: 1 micro-USD per prompt token, 2 per completion token (in nano-USD)
     assert prompt * 10**6 + 2 * 2 * 10**6 <= spend < (prompt + 2 * 7) * 10**6, spend
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_a_stream_ends_within_a_second_of_its_keys_revocation(
+    make_gateway: GatewayFactory, path: str
+) -> None:
+    gw = make_gateway(engine=FakeEngine(SCRIPT * 40, delay_s=0.05))  # 640 tokens, 32 s
+    if path == "/v1/responses":
+        body: dict[str, Any] = {"model": "smollm2-135m", "input": "Hi", "stream": True}
+    else:
+        body = {**CHAT, "max_tokens": 640, "stream": True}
+    frames: list[str] = []
+    revoked_at = ended_at = 0.0
+    with httpx.stream(
+        "POST", gw.http().removesuffix("/v1") + path, headers=gw.auth, json=body, timeout=60
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                frames.append(line[len("data: ") :])
+            if len(frames) == 10 and not revoked_at:
+                KeyStore(gw.redis).revoke(gw.key_id)
+                revoked_at = time.monotonic()
+        ended_at = time.monotonic()
+    assert revoked_at and ended_at - revoked_at < 1.5, ended_at - revoked_at
+    assert "key_revoked" in "".join(frames[-3:])
+    if path == "/v1/responses":
+        assert json.loads(frames[-1])["type"] == "response.failed"
+    else:
+        assert frames[-1] == "[DONE]"
+    # billed for what it delivered: more than nothing, less than the whole answer
+    gw.billed()
+    month = time.strftime("%Y-%m", time.gmtime())
+    name = f"zl:bill:{{{gw.record().owner}}}:events:{month}"
+    billed = [json.loads(e)["data"] for e in gw.redis.lrange(name, 0, -1)]
+    assert len(billed) == 1 and 5 <= billed[0]["completion_tokens"] < 100

@@ -22,6 +22,7 @@ from zerolayer.config import PlatformConfig
 from zerolayer.errors import APIError, Overloaded, RateLimited, ShuttingDown
 from zerolayer.gateway.limits import Limiter, Reservation, rate_headers, retried
 from zerolayer.gateway.metrics import Metrics
+from zerolayer.gateway.revocation import RevocationWatch
 from zerolayer.gateway.sse import usage
 from zerolayer.gateway.summarize import SummaryJob
 from zerolayer.protocol import End, Target
@@ -84,6 +85,7 @@ class Meter:
         self._stop = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self.draining = False  # shutting down: new requests are refused
+        self.revocations = RevocationWatch(limiter.client)  # keys of open streams revoked
 
     async def request(self, record: ApiKeyRecord, rid: str) -> Reservation:
         """The cheap limits (requests/min, concurrency), before any heavy work."""

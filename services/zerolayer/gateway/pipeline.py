@@ -19,6 +19,7 @@ what was delivered; the routes turn the answer into HTTP (zerolayer.gateway.rout
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -30,6 +31,7 @@ from redis.exceptions import RedisError
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import (
     APIError,
+    AuthenticationFailed,
     EngineError,
     Overloaded,
     RateLimited,
@@ -314,6 +316,8 @@ class Pipeline:
         def on_token() -> None:
             self.admission.forget(tier, waiting)
 
+        events = self._revocable(call, events)
+
         def on_end(prompt: int, completion: int, end: End | None, failed: bool = False) -> None:
             self.admission.forget(tier, waiting)
             if end is not None:
@@ -327,6 +331,29 @@ class Pipeline:
             self.meter.finish(call, 0, 0, "client_disconnect")
 
         return Opened(call, first, events, on_token, on_end, on_close)
+
+    async def _revocable(
+        self, call: Call, events: AsyncGenerator[ReplicaEvent, None]
+    ) -> AsyncGenerator[ReplicaEvent, None]:
+        """A stream's events, ended with a `key_revoked` failure at the first event after its
+        key was revoked (the watch asks Redis twice a second while streams are open)."""
+        watch, key_id = self.meter.revocations, call.record.key_id
+        watch.opened(key_id)
+        try:
+            async for ev in events:
+                if key_id in watch.revoked:
+                    yield Failed.of(
+                        AuthenticationFailed(
+                            "the API key was revoked while this response was streamed",
+                            code="key_revoked",
+                        )
+                    )
+                    return
+                yield ev
+        finally:
+            watch.closed(key_id)
+            with contextlib.suppress(Exception):
+                await events.aclose()
 
     def ended(self, call: Call, end: End) -> None:
         """What a finished request tells admission control and the metrics: its queue wait,
