@@ -593,3 +593,33 @@ def test_deleting_a_conversation_while_a_response_runs_on_it_is_a_409(
     # the response's turn is in the conversation, and once it ended the delete goes through
     assert len(client(a).conversations.items.list(conv.id).data) == 3
     assert a.client.delete(f"/v1/conversations/{conv.id}", headers=a.auth).status_code == 200
+
+
+def test_a_response_that_ends_after_its_tenants_purge_is_not_stored(
+    make_gateway: GatewayFactory,
+) -> None:
+    from tests.gateway.conftest import ADMIN_KEY
+
+    a = make_gateway(engine=FakeEngine(SCRIPT, delay_s=0.05))
+    tenant = a.record().owner
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    body = {"model": MODEL, "input": "Q"}
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(a.client.post, "/v1/responses", headers=a.auth, json=body)
+        deadline = time.monotonic() + 10
+        while a.engine.requests == 0:  # admitted, and being generated
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        purged = a.client.delete(f"/admin/tenants/{tenant}/objects", headers=admin)
+        done = running.result(timeout=30)
+    assert purged.status_code == 200 and done.status_code == 200
+    answer = done.json()
+    assert answer["status"] == "completed" and answer["store"] is False  # delivered, not kept
+    gone = a.client.get(f"/v1/responses/{answer['id']}", headers=a.auth)
+    assert gone.status_code == 404
+    listed = a.client.get(f"/admin/tenants/{tenant}", headers=admin).json()
+    assert listed["objects"]["data"] == []
+    # a response admitted after the purge is stored as usual
+    after = a.client.post("/v1/responses", headers=a.auth, json=body).json()
+    assert after["store"] is True
+    assert a.client.get(f"/v1/responses/{after['id']}", headers=a.auth).status_code == 200

@@ -70,9 +70,12 @@ end
 return n
 """
 
-# KEYS: response hash, tenant index. ARGV: tenant, obj, input, context, ttl ms (0 = none),
-# id, created_at. One call (one reply to parse) on every response's path.
+# KEYS: response hash, tenant index, tenant purge fence. ARGV: tenant, obj, input, context, ttl
+# ms (0 = none), id, created_at, admitted at (Redis ms; 0 = no fence). One call (one reply to
+# parse) on every response's path; 0 when the tenant was purged after the response's admission.
 _SAVE = """
+local fence = redis.call('GET', KEYS[3])
+if fence and tonumber(ARGV[8]) > 0 and tonumber(fence) >= tonumber(ARGV[8]) then return 0 end
 redis.call('HSET', KEYS[1], 'tenant', ARGV[1], 'obj', ARGV[2], 'input', ARGV[3],
            'context', ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
@@ -88,6 +91,15 @@ if ARGV[2] ~= '1' and redis.call('EXISTS', KEYS[4]) == 1 then return -2 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return 1
 """
+
+# KEYS: purge fence. ARGV: ttl s. Redis's own time, the clock admissions are stamped with.
+_FENCE = """
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), 'EX',
+           tonumber(ARGV[1]))
+return 1
+"""
+PURGE_FENCE_S = 86400  # longer than any request in flight lasts
 
 # KEYS: lock. ARGV: token. Deletes the lock only if this token holds it.
 _UNLOCK = """
@@ -127,6 +139,7 @@ class ConversationStore:
         self._renew = client.register_script(_RENEW)
         self._save = client.register_script(_SAVE)
         self._delete = client.register_script(_DELETE)
+        self._fence = client.register_script(_FENCE)
 
     # -- responses ---------------------------------------------------------------------------
 
@@ -136,10 +149,13 @@ class ConversationStore:
         obj: dict[str, Any],
         input_items: list[dict[str, Any]],
         context: list[dict[str, Any]],
-    ) -> None:
-        """Store (or overwrite) a response, in one script (atomic)."""
-        await self._save(
-            keys=[_resp(obj["id"]), _objects(tenant)],
+        admitted_ms: int = 0,
+    ) -> bool:
+        """Store (or overwrite) a response, in one script (atomic). False, storing nothing,
+        when the tenant's objects were purged after `admitted_ms` (Redis time of the request's
+        admission; 0: no check): a purge wins over the requests it overlapped."""
+        saved = await self._save(
+            keys=[_resp(obj["id"]), _objects(tenant), keyspace.tenant_purged(tenant)],
             args=[
                 tenant,
                 _dumps(obj),
@@ -148,8 +164,10 @@ class ConversationStore:
                 self.response_ttl_ms,
                 obj["id"],
                 obj["created_at"],
+                admitted_ms,
             ],
         )
+        return bool(saved)
 
     async def _owned(self, key: str, tenant: str, what: str, *fields: str) -> list[Any]:
         """These fields of an object the tenant owns (bytes, None where unset); NotFound
@@ -364,7 +382,9 @@ class ConversationStore:
         return out
 
     async def purge_tenant(self, tenant: str) -> dict[str, int]:
-        """Delete every stored response and conversation of a tenant; how many of each."""
+        """Delete every stored response and conversation of a tenant; how many of each. The
+        fence goes first: a response admitted before it is not stored when it ends."""
+        await self._fence(keys=[keyspace.tenant_purged(tenant)], args=[PURGE_FENCE_S])
         counts = {"response": 0, "conversation": 0}
         for obj in await self.tenant_objects(tenant):
             try:

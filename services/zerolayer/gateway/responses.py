@@ -64,6 +64,7 @@ class _Turn:
     new: list[dict[str, Any]]  # its input items
     conversation: str | None = None  # the conversation it holds, if any
     done: bool = False  # stored (or given up): nothing left to write or release
+    admitted_ms: int = 0  # Redis's time of its admission (a tenant purge after it wins)
     keeper: asyncio.Task[None] | None = None  # renews the conversation's lease meanwhile
 
 
@@ -95,6 +96,7 @@ class Responder:
             except BaseException as exc:
                 self.pipeline.meter.finish(call, 0, 0, status_of(exc))
                 raise
+            turn.admitted_ms = call.reservation.at_ms
             try:
                 return await self._run(body, turn, call)
             except BaseException as exc:
@@ -250,7 +252,10 @@ class Responder:
                 added = True  # the same write released the conversation
             if obj["store"]:
                 context = turn.history + turn.new + [item]
-                await self.store.save_response(turn.tenant, obj, turn.new, context)
+                if not await self.store.save_response(
+                    turn.tenant, obj, turn.new, context, turn.admitted_ms
+                ):
+                    obj["store"] = False  # its tenant's objects were purged while it ran
         except Busy as exc:
             raise ConversationBusy(
                 f"the conversation {turn.conversation} was taken over while this response ran "

@@ -46,6 +46,7 @@ __all__ = [
     "response",
     "signing_secret",
     "tenant_objects",
+    "tenant_purged",
     "text",
     "tier_board",
     "traffic",
@@ -157,6 +158,12 @@ KEYSPACE: tuple[KeySpec, ...] = (
         "zl:tenant:{<tenant>}:objects",
         "zset",
         "'response:<id>' / 'conversation:<id>' -> created_at",
+        "conversations.store",
+    ),
+    KeySpec(
+        "zl:tenant:{<tenant>}:purged",
+        "string",
+        "Redis time (ms) of the tenant's last purge; a response admitted before it is not stored",
         "conversations.store",
     ),
     KeySpec(
@@ -333,6 +340,11 @@ def conversation_items(cid: str) -> str:
 def conversation_lock(cid: str) -> str:
     """The lease of the response being generated on a conversation."""
     return conversation(cid) + ":lock"
+
+
+def tenant_purged(tenant: str) -> str:
+    """When the tenant's stored objects were last purged (its fence for requests in flight)."""
+    return f"{ROOT}tenant:{{{tenant}}}:purged"
 
 
 def tenant_objects(tenant: str) -> str:
