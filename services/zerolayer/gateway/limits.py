@@ -110,7 +110,8 @@ local res = p .. ':res:' .. rid
 local minute = math.floor(now / 60000)
 local reqk, leases = p .. ':req:' .. minute, p .. ':conc'
 if redis.call('EXISTS', res) == 1 then
-  return {'ok', tonumber(redis.call('GET', reqk) or '0'), now, redis_ms()}
+  return {'ok', tonumber(redis.call('GET', reqk) or '0'), now,
+          tonumber(redis.call('HGET', res, 'at') or '0')}
 end
 if rpm >= 0 then
   local used = tonumber(redis.call('GET', reqk) or '0')
@@ -126,8 +127,9 @@ if rpm >= 0 then
   redis.call('EXPIRE', reqk, 120)
 end
 redis.call('ZADD', leases, now + lease, rid)
-redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'nanos', 0)
-return {'ok', counted, now, redis_ms()}
+local at = redis_ms()
+redis.call('HSET', res, 'minute', minute, 'tokens', 0, 'nanos', 0, 'at', at)
+return {'ok', counted, now, at}
 """
 )
 

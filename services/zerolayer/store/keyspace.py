@@ -96,7 +96,7 @@ KEYSPACE: tuple[KeySpec, ...] = (
     KeySpec(
         "zl:rl:{<key id>}:res:<request id>",
         "hash",
-        "a reservation: minute, tokens, nanos, month, extra",
+        "a reservation: minute, tokens, nanos, month, extra, at (Redis ms of admission)",
         "gateway.limits (Lua)",
     ),
     KeySpec("zl:metrics:<counter>", "hash", "labels -> integer", "gateway.metrics"),
