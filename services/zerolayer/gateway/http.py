@@ -25,6 +25,7 @@ from zerolayer.store.keys import ApiKeyRecord, hash_key
 
 __all__ = [
     "KeyLookup",
+    "bearer",
     "error_response",
     "authorise",
     "is_admin",
@@ -43,16 +44,21 @@ def error_response(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 
+def bearer(header: str) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header (the scheme in any case), or None."""
+    scheme, _, key = header.partition(" ")
+    return (key.strip() or None) if scheme.lower() == "bearer" else None
+
+
 async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
     """The key record of a request's bearer key; 401 if missing, unknown or revoked."""
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = bearer(request.headers.get("authorization", ""))
+    if key is None:
         raise AuthenticationFailed(
             "no API key given: send 'Authorization: Bearer <key>' "
             "(create one with `zerolayer keys create --plan NAME`)"
         )
-    record = await lookup_key(key.strip())
+    record = await lookup_key(key)
     if record is None or record.revoked:
         raise AuthenticationFailed("the API key is unknown or revoked")
     return record
@@ -60,10 +66,10 @@ async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
 
 def is_admin(request: Request, admin_sha256: str | None) -> bool:
     """Whether the request's bearer key is the admin key (whose SHA-256 the config holds)."""
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
-    if admin_sha256 is None or scheme.lower() != "bearer" or not key.strip():
+    key = bearer(request.headers.get("authorization", ""))
+    if admin_sha256 is None or key is None:
         return False
-    return hmac.compare_digest(hash_key(key.strip()), admin_sha256)
+    return hmac.compare_digest(hash_key(key), admin_sha256)
 
 
 class ClosingStream(StreamingResponse):

@@ -48,6 +48,7 @@ from starlette.requests import Request
 
 from zerolayer.errors import openai_error_body
 from zerolayer.gateway.bodies import replay, send_whole
+from zerolayer.gateway.http import bearer
 from zerolayer.store import keyspace
 from zerolayer.store.keys import ApiKeyRecord
 
@@ -204,10 +205,10 @@ class Idempotency:
 
     async def _caller(self, headers: dict[bytes, bytes]) -> ApiKeyRecord | None:
         """The record of the request's API key when it is a valid one (else None)."""
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        key = bearer(headers.get(b"authorization", b"").decode("latin-1"))
+        if key is None:
             return None
-        record = await self.lookup(token.strip())
+        record = await self.lookup(key)
         return None if record is None or record.revoked else record
 
     async def _gone(self, kept: dict[str, Any]) -> bool:

@@ -359,7 +359,7 @@ class Limiter:
     ) -> Reservation:
         """Step 1: count the request and take a concurrency lease, or raise RateLimited."""
         lim = plan.limits
-        status, used, now_ms, *real = await self._request(
+        status, used, now_ms, *admitted = await self._request(
             args=[
                 self._pinned_ms(),
                 _prefix(key_id),
@@ -372,8 +372,9 @@ class Limiter:
         status, now = keyspace.text(status), int(now_ms) / 1000
         if status != "ok":
             raise self._refusal(status, int(used), plan_name, plan, 0, 0, now)
-        # Redis's own time, even when a test pins the limits' clock (a purge fence uses it)
-        at_ms = int(real[0]) if real else int(now_ms)
+        # an admission also returns Redis's own time, even when a test pins the limits' clock
+        # (a refusal does not): what a tenant's purge fence compares
+        at_ms = int(admitted[0])
         return Reservation(key_id, request_id, int(now // 60), day_of(self.now()), int(used), at_ms)
 
     async def api_request(self, key_id: str, plan_name: str, plan: PlanConfig) -> None:

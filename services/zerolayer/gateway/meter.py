@@ -289,6 +289,7 @@ class Meter:
         self._stop.set()
         if self._keeper is not None:
             self._keeper.cancel()
+        await self.revocations.close()
         await self.metrics.close()
 
     def start(self) -> None:
