@@ -100,6 +100,15 @@ class PermissionDenied(APIError):
     code = "tier_not_in_plan"
 
 
+class StorageQuotaExceeded(APIError):
+    """The write would take the key's tenant past its plan's storage quota (bytes or stored
+    objects): nothing was written; deleting stored objects makes room."""
+
+    status_code = 403
+    error_type = "insufficient_quota"
+    code = "storage_quota_exceeded"
+
+
 class ModelNotFound(APIError):
     """The model id names no served model or tier."""
 

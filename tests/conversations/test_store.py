@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +38,7 @@ def test_another_tenant_sees_nothing_exactly_as_if_missing(run: Any) -> None:
         cid = new_id("conv")
         await store.create_conversation("t-a", cid, {"k": "v"}, input_items("hi"))
         obj = _resp()
-        await store.save_response("t-a", obj, [], [])
+        await store.save_response("t-a", obj, [])
         for call in (
             store.conversation("t-b", cid),
             store.items("t-b", cid),
@@ -104,7 +105,7 @@ def test_a_response_adds_items_only_while_it_holds_the_conversation(run: Any) ->
 def test_responses_expire_and_conversations_do_not_unless_configured(run: Any) -> None:
     async def body(store: ConversationStore, client: Any) -> None:
         obj = _resp()
-        await store.save_response("t", obj, [], [])
+        await store.save_response("t", obj, [])
         ttl = await client.pttl(f"zl:resp:{{{obj['id']}}}")
         assert 3500 * 1000 < ttl <= 3600 * 1000
         cid = new_id("conv")
@@ -134,8 +135,8 @@ def test_a_tenant_lists_and_purges_what_it_stored(run: Any) -> None:
         cid = new_id("conv")
         await store.create_conversation(tenant, cid, {}, input_items("hi"))
         kept, gone = _resp(), _resp()
-        await store.save_response(tenant, kept, [], [])
-        await store.save_response(tenant, gone, [], [])
+        await store.save_response(tenant, kept, [])
+        await store.save_response(tenant, gone, [])
         await client.delete(f"zl:resp:{{{gone['id']}}}")  # as if it expired
         objects = await store.tenant_objects(tenant)
         assert {(o["object"], o["id"]) for o in objects} == {
@@ -145,5 +146,25 @@ def test_a_tenant_lists_and_purges_what_it_stored(run: Any) -> None:
         assert await store.purge_tenant(tenant) == {"response": 1, "conversation": 1}
         assert await store.tenant_objects(tenant) == []
         assert [k async for k in client.scan_iter(f"zl:conv:{{{cid}}}*")] == []
+
+    run(body)
+
+
+def test_a_response_stored_with_its_whole_context_is_still_continued(run: Any) -> None:
+    async def body(store: ConversationStore, client: Any) -> None:
+        obj = _resp()
+        old = [{"id": "msg_1", "role": "user", "content": [{"type": "input_text", "text": "a"}]}]
+        # the layout before lineages: the history is in the response's own 'context'
+        await client.hset(
+            f"zl:resp:{{{obj['id']}}}",
+            mapping={
+                "tenant": "t",
+                "obj": json.dumps(obj),
+                "input": "[]",
+                "context": json.dumps(old),
+            },
+        )
+        history, lineage = await store.context("t", obj["id"])
+        assert history == old and lineage.chain == (obj["id"],)
 
     run(body)

@@ -25,6 +25,9 @@ def test_a_key_sees_its_plan_and_spend_against_its_budget(make_gateway: GatewayF
         "tokens_per_minute": None,
         "concurrent_requests": None,
         "monthly_budget_usd": "5",
+        "api_requests_per_minute": None,
+        "stored_bytes": None,
+        "stored_objects": None,
     }
     assert first["spent_usd"] == "0.00" and first["remaining_usd"] == first["budget_usd"]
 

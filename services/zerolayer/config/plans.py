@@ -126,6 +126,17 @@ class PlanLimits(Strict):
     monthly_budget_usd: Decimal | None = Field(
         default=None, ge=0, description="Spend per key and calendar month (UTC), in USD"
     )
+    stored_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Bytes of stored responses and conversations per tenant (its keys share "
+        "it); a write past it is a 403 storage_quota_exceeded",
+    )
+    stored_objects: int | None = Field(
+        default=None,
+        ge=1,
+        description="Stored responses and conversations per tenant (its keys share it)",
+    )
 
     @field_validator("monthly_budget_usd", mode="before")
     @classmethod

@@ -15,7 +15,10 @@ from zerolayer.conversations.items import (
 from zerolayer.conversations.store import (
     Busy,
     ConversationStore,
+    Lineage,
     NotFound,
+    Quota,
+    QuotaExceeded,
     StoredResponse,
 )
 
@@ -23,8 +26,11 @@ __all__ = [
     "Busy",
     "ConversationStore",
     "ItemError",
+    "Lineage",
     "NotFound",
     "Page",
+    "Quota",
+    "QuotaExceeded",
     "StoredResponse",
     "assistant_item",
     "input_items",

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from redis.exceptions import OutOfMemoryError
 
 from zerolayer.billing.ledger import Ledger
-from zerolayer.conversations import ConversationStore
+from zerolayer.conversations import ConversationStore, Quota
 from zerolayer.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from zerolayer.gateway.bodies import parse
 from zerolayer.gateway.catalog import Catalog
@@ -43,6 +43,7 @@ __all__ = [
     "Reader",
     "ResponderDep",
     "SilenceDep",
+    "StorageQuota",
     "Tenant",
     "admin_guard",
     "admin_keys",
@@ -53,6 +54,7 @@ __all__ = [
     "parts_dep",
     "parts_of",
     "reader",
+    "storage_quota",
 ]
 
 
@@ -88,6 +90,19 @@ async def current_tenant(record: ApiKeyRecord = Depends(current_key)) -> str:
     return record.owner
 
 
+def quota_of(parts: GatewayParts, record: ApiKeyRecord) -> Quota:
+    """The storage quota of a key's tenant, from the key's plan (none for an unknown plan)."""
+    plan = parts.config.plans.get(record.plan)
+    if plan is None:
+        return Quota()
+    return Quota(plan.limits.stored_bytes, plan.limits.stored_objects)
+
+
+async def storage_quota(request: Request, record: ApiKeyRecord = Depends(current_key)) -> Quota:
+    """The storage quota a write of the request's key is checked against."""
+    return quota_of(parts_of(request), record)
+
+
 def admin_guard(parts: GatewayParts, request: Request) -> KeyStore:
     """The key store, for a request made with the admin key; 403 when the admin API is off,
     401 for any other key."""
@@ -120,6 +135,7 @@ async def reader(request: Request) -> ApiKeyRecord | None:
 CurrentKey = Annotated[ApiKeyRecord, Depends(current_key)]
 ModelKey = Annotated[ApiKeyRecord, Depends(model_key)]
 Tenant = Annotated[str, Depends(current_tenant)]
+StorageQuota = Annotated[Quota, Depends(storage_quota)]
 AdminKeys = Annotated[KeyStore, Depends(admin_keys)]
 Reader = Annotated[ApiKeyRecord | None, Depends(reader)]
 

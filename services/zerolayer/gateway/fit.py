@@ -8,26 +8,40 @@ strategy the endpoint chooses:
 - `Summarize` (a chat request with "long_prompt": "summarize"): the longest message is
   summarised by the same tier (zerolayer.gateway.summarize), the whole job admitted and
   reserved once before any model call.
-- `Truncate` (the Responses API's truncation 'auto'): the fewest oldest items are dropped,
-  never the instructions, and at least the newest item stays.
+- `Truncate` (the Responses API; truncation 'auto'): the fewest oldest items are dropped,
+  never the instructions, and at least the newest item stays; with truncation 'disabled', a
+  400 as Refuse's. A stored history can be far longer than the context: its items are counted
+  newest first (a lower bound of each one's tokens, cached per item: `TokenCounts`) and the
+  items older than the context holds are never tokenized.
 
 A strategy answers a `Fitted`: the prompt's token ids, max_tokens, and the prompt as sent.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn, Protocol
 
 from zerolayer.config import PlatformConfig
-from zerolayer.errors import ContextLengthExceeded
+from zerolayer.errors import APIError, ContextLengthExceeded
 from zerolayer.gateway.meter import Call, Meter
 from zerolayer.gateway.parts import Backend, prompt_ids
 from zerolayer.gateway.summarize import SUMMARY_NOTE, plan_summary
 from zerolayer.protocol import PromptInput, Target
 
-__all__ = ["Fit", "Fitted", "Fitting", "Refuse", "Summarize", "Truncate", "completion_budget"]
+__all__ = [
+    "Fit",
+    "Fitted",
+    "Fitting",
+    "Refuse",
+    "Summarize",
+    "TokenCounts",
+    "Truncate",
+    "completion_budget",
+]
 
 
 def completion_budget(
@@ -145,54 +159,110 @@ class Summarize:
         return Fitted(ids, f.budget(len(ids)), text, reserved=True)
 
 
+# a prompt of up to this many characters per token of room is tokenized whole at once (no
+# more work than any request's own prompt); a longer one is counted item by item first
+SHORT_CHARS_PER_TOKEN = 8
+
+
+class TokenCounts:
+    """Lower bounds of the tokens of chat messages, per model, remembered for the most recent
+    `size` messages (a replica's; a stored history's items are counted once, not at every
+    turn that continues it). A message's bound is its text's tokens alone, less one (the
+    template's tokens around it, and a merge across its edge, only add to it)."""
+
+    def __init__(self, size: int = 65536):
+        self.size = size
+        self._known: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+
+    async def of(self, f: Fitting, message: dict[str, str]) -> int:
+        text = message.get("content") or ""
+        key = (f.call.target.model, hashlib.blake2b(text.encode(), digest_size=16).digest())
+        known = self._known.get(key)
+        if known is not None:
+            self._known.move_to_end(key)
+            return known
+        try:
+            n = max(0, len(await f.ids(PromptInput(prompt=text))) - 1)
+        except APIError:  # nothing left of it once cleaned
+            n = 0
+        self._known[key] = n
+        if len(self._known) > self.size:
+            self._known.popitem(last=False)
+        return n
+
+
 @dataclass(frozen=True)
 class Truncate:
     """A chat prompt of `keep` leading messages (instructions) and then items, oldest first:
     when it does not fit, the fewest oldest items are dropped (at least the newest stays).
-    auto=False refuses instead, naming the parts of a Responses request."""
+    auto=False refuses instead, naming the parts of a Responses request. Items are counted
+    newest first (`counts`, lower bounds) until they alone pass the context: what is older is
+    dropped (or refused) without being tokenized, and the refusal counts the tokens read
+    against the key's tokens per minute."""
 
     keep: int = 0
     auto: bool = True
+    counts: TokenCounts = field(default_factory=TokenCounts)
 
     async def __call__(self, f: Fitting, text: PromptInput) -> Fitted:
         messages = text.messages or []
         head, items = messages[: self.keep], messages[self.keep :]
 
         asked = f.asked if f.asked is not None else 1  # the least a fitting prompt leaves
+        room = f.max_len - asked
 
         def fits(n: int) -> bool:
-            return n + asked <= f.max_len
+            return n <= room
 
-        ids = await f.ids(text)
+        first = 0  # the oldest item that may fit
+        if sum(len(m.get("content") or "") for m in messages) > SHORT_CHARS_PER_TOKEN * room:
+            # a long history: newest first, until the items counted alone pass the room (what
+            # is older cannot fit and is not tokenized)
+            least = sum([await self.counts.of(f, m) for m in head])
+            first = len(items)
+            while first > 0 and fits(least):
+                least += await self.counts.of(f, items[first - 1])
+                first -= 1
+            if not fits(least):  # items[first] and older are certainly out
+                if not self.auto or first >= len(items) - 1:
+                    over = self._over(f, asked, least, newest=self.auto, exact=False)
+                    await f.refused(least, over)
+                first += 1
+        kept = PromptInput(messages=head + items[first:]) if first else text
+        ids = await f.ids(kept)
         if fits(len(ids)):
-            return Fitted(ids, f.budget(len(ids)), text)
+            return Fitted(ids, f.budget(len(ids)), kept)
         if not self.auto:
-            await f.refused(
-                len(ids),
-                ContextLengthExceeded(
-                    f"this model's context is {f.max_len} tokens; the instructions, history "
-                    f"and input have {len(ids)} tokens and max_output_tokens asks for {asked} "
-                    "more (truncation 'auto' drops the oldest items)",
-                    param="input",
-                ),
-            )
-        lo, hi = 1, len(items) - 1  # drop at least one, keep at least the newest
+            await f.refused(len(ids), self._over(f, asked, len(ids), newest=False, exact=True))
+        rest = items[first:]
+        lo, hi = 1, len(rest) - 1  # drop at least one more, keep at least the newest
         best: tuple[list[int], PromptInput] | None = None
         while lo <= hi:  # the fewest items dropped that fit
             mid = (lo + hi) // 2
-            kept = PromptInput(messages=head + items[mid:])
-            cand = await f.ids(kept)
+            cand_text = PromptInput(messages=head + rest[mid:])
+            cand = await f.ids(cand_text)
             if fits(len(cand)):
-                best, hi = (cand, kept), mid - 1
+                best, hi = (cand, cand_text), mid - 1
             else:
                 lo = mid + 1
         if best is None:
-            await f.refused(
-                len(ids),
-                ContextLengthExceeded(
-                    f"this model's context is {f.max_len} tokens; the instructions and the "
-                    f"newest item alone have more than {f.max_len - asked} tokens",
-                    param="input",
-                ),
-            )
+            await f.refused(len(ids), self._over(f, asked, len(ids), newest=True, exact=True))
         return Fitted(best[0], f.budget(len(best[0])), best[1])
+
+    @staticmethod
+    def _over(
+        f: Fitting, asked: int, tokens: int, newest: bool, exact: bool
+    ) -> ContextLengthExceeded:
+        if newest:
+            return ContextLengthExceeded(
+                f"this model's context is {f.max_len} tokens; the instructions and the "
+                f"newest item alone have more than {f.max_len - asked} tokens",
+                param="input",
+            )
+        return ContextLengthExceeded(
+            f"this model's context is {f.max_len} tokens; the instructions, history and input "
+            f"have {'' if exact else 'at least '}{tokens} tokens and max_output_tokens asks for "
+            f"{asked} more "
+            "(truncation 'auto' drops the oldest items)",
+            param="input",
+        )

@@ -14,12 +14,13 @@ from fastapi import Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from zerolayer.conversations import NotFound
+from zerolayer.conversations import NotFound, QuotaExceeded
 from zerolayer.errors import (
     APIError,
     AuthenticationFailed,
     InvalidRequest,
     ObjectNotFound,
+    StorageQuotaExceeded,
 )
 from zerolayer.store.keys import ApiKeyRecord, hash_key
 
@@ -107,11 +108,14 @@ class ClosingStream(StreamingResponse):
 
 
 async def found(pending: Awaitable[Any]) -> Any:
-    """What a conversation-store call returns; its NotFound as the API's 404."""
+    """What a conversation-store call returns; its NotFound as the API's 404, its
+    QuotaExceeded as the API's 403 storage_quota_exceeded."""
     try:
         return await pending
     except NotFound as exc:
         raise ObjectNotFound(str(exc)) from exc
+    except QuotaExceeded as exc:
+        raise StorageQuotaExceeded(str(exc)) from exc
 
 
 @dataclass(frozen=True)

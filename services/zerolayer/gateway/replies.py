@@ -227,6 +227,7 @@ class Account(_Reply):
     spent_usd: str
     budget_usd: str | None
     remaining_usd: str | None
+    storage: dict[str, int | None] | None = None
 
 
 class UsageReport(_Reply):

@@ -26,7 +26,10 @@ from redis.exceptions import RedisError
 from zerolayer.conversations import (
     Busy,
     ConversationStore,
+    Lineage,
     NotFound,
+    Quota,
+    QuotaExceeded,
     input_items,
     messages_of,
     new_id,
@@ -37,8 +40,9 @@ from zerolayer.errors import (
     EngineError,
     InvalidRequest,
     ObjectNotFound,
+    StorageQuotaExceeded,
 )
-from zerolayer.gateway.fit import Truncate
+from zerolayer.gateway.fit import TokenCounts, Truncate
 from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.limits import retried
 from zerolayer.gateway.meter import Call, status_of
@@ -62,10 +66,17 @@ class _Turn:
     # the items it continues: a previous response's context, or a conversation's items
     history: list[dict[str, Any]]
     new: list[dict[str, Any]]  # its input items
+    lineage: Lineage = Lineage()  # where its history lies (stored with it, not the history)
     conversation: str | None = None  # the conversation it holds, if any
     done: bool = False  # stored (or given up): nothing left to write or release
     admitted_ms: int = 0  # Redis's time of its admission (a tenant purge after it wins)
     keeper: asyncio.Task[None] | None = None  # renews the conversation's lease meanwhile
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark a side task's outcome as seen (it was given up on)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Responder:
@@ -77,6 +88,7 @@ class Responder:
         # a conversation's lease: renewed every third while its response runs, so one whose
         # gateway died is free again this long after
         self.lease_ms = int(pipeline.config.gateway.concurrency_lease_s * 1000)
+        self.counts = TokenCounts()  # a long history's items, counted once
 
     async def create(
         self, body: CreateResponseRequest, record: ApiKeyRecord, rid: str | None = None
@@ -131,41 +143,80 @@ class Responder:
                 param="store",
             )
         new = input_items(body.input) if body.input is not None else []
-        tenant = record.owner
+        # at its quota: refused before it runs (once run, it is kept); read meanwhile
+        checking = asyncio.ensure_future(self._check_quota(record)) if body.store else None
+        try:
+            turn = await self._load(body, record.owner, rid, new, cid)
+        except BaseException:
+            if checking is not None:
+                checking.cancel()
+                checking.add_done_callback(_retrieved)
+            raise
+        try:
+            if checking is not None:
+                await checking
+            if not turn.history and not turn.new:
+                raise InvalidRequest(
+                    "input is missing: give a text or a list of items", param="input"
+                )
+        except BaseException:
+            self._release(turn)
+            raise
+        return turn
+
+    async def _check_quota(self, record: ApiKeyRecord) -> None:
+        """403 storage_quota_exceeded when the key's tenant is at its plan's storage quota."""
+        plan = self.pipeline.config.plans.get(record.plan)
+        quota = (
+            Quota() if plan is None else Quota(plan.limits.stored_bytes, plan.limits.stored_objects)
+        )
+        try:
+            await self.store.check_quota(record.owner, quota)
+        except QuotaExceeded as exc:
+            raise StorageQuotaExceeded(str(exc)) from exc
+
+    async def _load(
+        self,
+        body: CreateResponseRequest,
+        tenant: str,
+        rid: str,
+        new: list[dict[str, Any]],
+        cid: str | None,
+    ) -> _Turn:
+        """What the response continues: a stored response's history, or a conversation's
+        items (held for it), or nothing."""
         if body.previous_response_id is not None:
             try:
-                history = await self.store.context(tenant, body.previous_response_id)
+                history, lineage = await self.store.context(tenant, body.previous_response_id)
             except NotFound as exc:
                 raise ObjectNotFound(
-                    f"no stored response with id {body.previous_response_id!r}",
+                    f"no stored response with id {body.previous_response_id!r}"
+                    if "history" not in str(exc)
+                    else str(exc),
                     param="previous_response_id",
                     code="previous_response_not_found",
                 ) from exc
-            turn = _Turn(tenant, rid, history, new)
-        elif cid is not None:
-            try:
-                await self.store.lock(tenant, cid, rid, self.lease_ms)
-            except NotFound as exc:
-                raise ObjectNotFound(
-                    f"no conversation with id {cid!r}", param="conversation"
-                ) from exc
-            except Busy as exc:
-                raise ConversationBusy(
-                    f"another response is being generated on conversation {cid}; retry when "
-                    "it has finished",
-                    1.0,
-                ) from exc
-            turn = _Turn(tenant, rid, [], new, conversation=cid)
-            turn.keeper = asyncio.ensure_future(self._renew(cid, rid))
-            try:
-                turn.history = await self.store.items(tenant, cid)
-            except BaseException:
-                self._release(turn)
-                raise
-        else:
-            turn = _Turn(tenant, rid, [], new)
-        if not turn.history and not turn.new:
-            raise InvalidRequest("input is missing: give a text or a list of items", param="input")
+            return _Turn(tenant, rid, history, new, lineage)
+        if cid is None:
+            return _Turn(tenant, rid, [], new)
+        try:
+            await self.store.lock(tenant, cid, rid, self.lease_ms)
+        except NotFound as exc:
+            raise ObjectNotFound(f"no conversation with id {cid!r}", param="conversation") from exc
+        except Busy as exc:
+            raise ConversationBusy(
+                f"another response is being generated on conversation {cid}; retry when "
+                "it has finished",
+                1.0,
+            ) from exc
+        turn = _Turn(tenant, rid, [], new, conversation=cid)
+        turn.keeper = asyncio.ensure_future(self._renew(cid, rid))
+        try:
+            turn.history, upto = await self.store.history(tenant, cid)
+            turn.lineage = Lineage(conv=cid, upto=upto)
+        except BaseException:
+            self._release(turn)
+            raise
         return turn
 
     async def _renew(self, cid: str, rid: str) -> None:
@@ -207,7 +258,7 @@ class Responder:
             temperature=body.temperature,
             top_p=body.top_p,
             stream=bool(body.stream),
-            fit=Truncate(keep=len(head), auto=body.truncation == "auto"),
+            fit=Truncate(keep=len(head), auto=body.truncation == "auto", counts=self.counts),
         )
         answer = await self.pipeline.run(call, ask)
         shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
@@ -251,9 +302,8 @@ class Responder:
                 )
                 added = True  # the same write released the conversation
             if obj["store"]:
-                context = turn.history + turn.new + [item]
                 if not await self.store.save_response(
-                    turn.tenant, obj, turn.new, context, turn.admitted_ms
+                    turn.tenant, obj, turn.new, turn.lineage, turn.admitted_ms
                 ):
                     obj["store"] = False  # its tenant's objects were purged while it ran
         except Busy as exc:

@@ -44,9 +44,11 @@ __all__ = [
     "rate_limit",
     "rate_limit_leases_pattern",
     "response",
+    "response_line",
     "signing_secret",
     "tenant_objects",
     "tenant_purged",
+    "tenant_stored",
     "text",
     "tier_board",
     "traffic",
@@ -130,7 +132,13 @@ KEYSPACE: tuple[KeySpec, ...] = (
     KeySpec(
         "zl:resp:{<response id>}",
         "hash",
-        "tenant, obj, input, context (JSON)",
+        "tenant, obj, input (JSON), line, pos, conv, upto (where its history lies)",
+        "conversations.store",
+    ),
+    KeySpec(
+        "zl:line:{<response id>}",
+        "list",
+        "ids of a chain of responses, oldest first (named after its first)",
         "conversations.store",
     ),
     KeySpec(
@@ -158,6 +166,12 @@ KEYSPACE: tuple[KeySpec, ...] = (
         "zl:tenant:{<tenant>}:objects",
         "zset",
         "'response:<id>' / 'conversation:<id>' -> created_at",
+        "conversations.store",
+    ),
+    KeySpec(
+        "zl:tenant:{<tenant>}:stored",
+        "hash",
+        "'response:<id>' / 'conversation:<id>' -> bytes; '#bytes', '#objects': the totals",
         "conversations.store",
     ),
     KeySpec(
@@ -322,6 +336,11 @@ def response(rid: str) -> str:
     return f"{ROOT}resp:{{{rid}}}"
 
 
+def response_line(line: str) -> str:
+    """A chain of stored responses' ids, oldest first (list; named after its first)."""
+    return f"{ROOT}line:{{{line}}}"
+
+
 def conversation(cid: str) -> str:
     """A conversation's hash."""
     return f"{ROOT}conv:{{{cid}}}"
@@ -350,6 +369,11 @@ def tenant_purged(tenant: str) -> str:
 def tenant_objects(tenant: str) -> str:
     """A tenant's stored responses and conversations (sorted set by creation time)."""
     return f"{ROOT}tenant:{{{tenant}}}:objects"
+
+
+def tenant_stored(tenant: str) -> str:
+    """What a tenant stores, per object and in total (hash; its storage quota's count)."""
+    return f"{ROOT}tenant:{{{tenant}}}:stored"
 
 
 # Usage events (written by gateway.limits' settle script, counted by billing)

@@ -35,6 +35,9 @@ def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
             "monthly_budget_usd": (
                 None if lim.monthly_budget_usd is None else format(lim.monthly_budget_usd, "f")
             ),
+            "api_requests_per_minute": lim.api_requests_per_minute,
+            "stored_bytes": lim.stored_bytes,
+            "stored_objects": lim.stored_objects,
         },
     }
 
@@ -44,13 +47,23 @@ router = APIRouter(route_class=BodyRoute)
 
 @router.get("/v1/account", responses=json_reply(Account))
 async def account(record: CurrentKey, parts: Parts) -> dict[str, Any]:
-    """The key's record, plan, prices, limits and this month's spend."""
+    """The key's record, plan, prices, limits, this month's spend, and what its tenant
+    stores against the plan's storage quota."""
     plan = parts.config.plans.get(record.plan)
     if plan is None:
         raise PermissionDenied(f"this key's plan {record.plan!r} no longer exists")
     month, _ = month_of(parts.limiter.now())
     spent = await parts.limiter.spent(record.key_id, month)
     budget = plan.limits.budget_nanos
+    storage = None
+    if parts.conversations is not None:
+        used, objects = await parts.conversations.stored(record.owner)
+        storage = {
+            "bytes": used,
+            "objects": objects,
+            "max_bytes": plan.limits.stored_bytes,
+            "max_objects": plan.limits.stored_objects,
+        }
     return {
         "object": "account",
         "key": record.public(),
@@ -60,4 +73,5 @@ async def account(record: CurrentKey, parts: Parts) -> dict[str, Any]:
         "spent_usd": usd_text(spent),
         "budget_usd": None if budget is None else usd_text(budget),
         "remaining_usd": None if budget is None else usd_text(max(0, budget - spent)),
+        "storage": storage,
     }

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from zerolayer.conversations import Busy, input_items, new_id
 from zerolayer.errors import ConversationBusy
 from zerolayer.gateway.bodies import BodyRoute
-from zerolayer.gateway.deps import ConversationsDep, Tenant
+from zerolayer.gateway.deps import ConversationsDep, StorageQuota, Tenant
 from zerolayer.gateway.http import Cursor, cursor, found
 from zerolayer.gateway.idempotency import kept_object
 from zerolayer.gateway.replies import Conversation, ConversationDeleted, Item, ItemList, json_reply
@@ -29,13 +29,17 @@ router = APIRouter(prefix="/v1/conversations", route_class=BodyRoute)
 
 @router.post("", responses=json_reply(Conversation))
 async def create(
-    request: Request, body: CreateConversationRequest, owner: Tenant, store: ConversationsDep
+    request: Request,
+    body: CreateConversationRequest,
+    owner: Tenant,
+    quota: StorageQuota,
+    store: ConversationsDep,
 ) -> dict[str, Any]:
-    """Create a conversation, with up to 20 first items."""
+    """Create a conversation, with up to 20 first items (403 past the storage quota)."""
     items = input_items(body.items or [], "items")
     cid = new_id("conv")
     kept_object(request, "conversation", cid)
-    return await store.create_conversation(owner, cid, body.metadata or {}, items)
+    return await found(store.create_conversation(owner, cid, body.metadata or {}, items, quota))
 
 
 @router.get("/{conversation_id}", responses=json_reply(Conversation))
@@ -76,13 +80,14 @@ async def add_items(
     request: Request,
     body: AddItemsRequest,
     owner: Tenant,
+    quota: StorageQuota,
     store: ConversationsDep,
     conversation_id: str,
 ) -> dict[str, Any]:
-    """Add up to 20 items to a conversation."""
+    """Add up to 20 items to a conversation (403 past the storage quota)."""
     kept_object(request, "conversation", conversation_id)
     items = input_items(body.items, "items")
-    await found(store.add_items(owner, conversation_id, items))
+    await found(store.add_items(owner, conversation_id, items, quota=quota))
     return {
         "object": "list",
         "data": items,
