@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import ray
 import zerolayer
@@ -83,3 +84,49 @@ def test_the_check_finds_a_planted_private_use(tmp_path: Path) -> None:
     (tmp_path / "ray_private.py").write_text("from ray._raylet import Config\n")
     (tmp_path / "launcher.py").write_text("from ray.serve.api import _run\n")
     assert private_uses(tmp_path, tmp_path / "ray_private.py") == ["launcher.py:1"]
+
+
+def test_haproxys_template_is_hardened_where_ray_writes_it() -> None:
+    from ray.serve._private import haproxy
+
+    original = haproxy.HAPROXY_CONFIG_TEMPLATE
+    out = ray_private.hardened_template(original, 7, 64)
+    defaults = out.split("defaults\n", 1)[1].split("\nfrontend ", 1)[0]
+    assert "    timeout http-request 7s\n" in defaults
+    frontend = out.split("frontend http_frontend\n", 1)[1].split("\nbackend ", 1)[0]
+    assert "tcp-request connection track-sc0 src" in frontend
+    assert "tcp-request connection reject if { sc0_conn_cur gt 64 }" in frontend
+    # the statistics and Prometheus listeners on loopback only
+    binds = re.findall(r"^\s*bind (.+)$", out, re.M)
+    assert "127.0.0.1:{{ config.metrics_port }}" in binds
+    assert "127.0.0.1:{{ config.stats_port }}" in binds
+    assert not [b for b in binds if b.startswith((":", "*:"))], binds
+    # no limit per source: no table
+    assert "sc0_conn_cur" not in ray_private.hardened_template(original, 7, 0)
+    # a template without what it rewrites is refused by name
+    try:
+        ray_private.hardened_template(original.replace("bind *:", "bind 0.0.0.0:"), 7, 64)
+    except ValueError as exc:
+        assert "stats_port" in str(exc)
+    else:
+        raise AssertionError("a changed template was rewritten")
+
+
+def test_the_setup_hook_rewrites_the_template_only_when_the_launcher_asked(
+    monkeypatch: Any,
+) -> None:
+    from ray.serve._private import haproxy
+
+    original = haproxy.HAPROXY_CONFIG_TEMPLATE
+    monkeypatch.setattr(haproxy, "HAPROXY_CONFIG_TEMPLATE", original)
+    for name in ray_private.haproxy_settings(1, None):
+        monkeypatch.delenv(name, raising=False)
+    ray_private.harden_haproxy()
+    assert haproxy.HAPROXY_CONFIG_TEMPLATE == original  # a worker of another job
+    for name, value in ray_private.haproxy_settings(9, 32).items():
+        monkeypatch.setenv(name, value)
+    ray_private.harden_haproxy()
+    assert haproxy.HAPROXY_CONFIG_TEMPLATE == ray_private.hardened_template(original, 9, 32)
+    # its name is what the launcher gives ray.init
+    module, _, name = ray_private.HAPROXY_HOOK.rpartition(".")
+    assert getattr(__import__(module, fromlist=[name]), name) is ray_private.harden_haproxy

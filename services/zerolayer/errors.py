@@ -132,6 +132,15 @@ class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
 
+class ClientGone(APIError):
+    """The client closed its connection before its whole answer was ready (nobody reads this
+    error: it ends the request's handling)."""
+
+    status_code = 499
+    error_type = "invalid_request_error"
+    code = "client_disconnected"
+
+
 class PayloadTooLarge(InvalidRequest):
     """The request body is over the configured size."""
 

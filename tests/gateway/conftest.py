@@ -31,6 +31,7 @@ from zerolayer.gateway.parts import GatewayParts
 from zerolayer.protocol import Target
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.local import LocalBackend
+from zerolayer.store.abandoned import AbandonedReports
 from zerolayer.store.keys import AsyncKeyStore, KeyStore, hash_key
 from zerolayer.store.tiers import AsyncTierBoard
 from zerolayer.store.traffic import AsyncTrafficStore, TrafficStore
@@ -260,6 +261,8 @@ def make_gateway(
             replicas.setdefault(t, TierReplica(str(t), own, vocab, 2048))
         backend = LocalBackend(replicas, tokenfix, chunking)
         aclient = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        for r in replicas.values():  # as a tier deployment's: what ran of abandoned requests
+            r.on_abandoned = AbandonedReports(aclient)
         ts = cfg.traffic_sampling
 
         async def health() -> dict[str, str]:

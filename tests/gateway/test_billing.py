@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
+import httpx
+import pytest
 from zerolayer.config import usd_text
 from zerolayer.engines.fake import FakeEngine
 
@@ -199,3 +201,30 @@ def test_usage_invoices_and_exports_are_the_callers_own(make_gateway: GatewayFac
         a.client.get(f"/v1/invoices/{month}", headers=a.auth, params={"format": "pdf"}), 400
     )
     assert_openai_error(a.client.get("/v1/usage"), 401)
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses"])
+def test_a_client_gone_from_a_whole_answer_stops_the_engine_and_is_billed_what_ran(
+    make_gateway: GatewayFactory, path: str
+) -> None:
+    script = [f" w{i}" for i in range(100)]
+    gw = make_gateway(engine=FakeEngine(script, delay_s=0.05))  # 5 s for the whole answer
+    if path == "/responses":
+        body: dict[str, Any] = {"model": "smollm2-135m", "input": "Hi", "max_output_tokens": 100}
+    else:
+        body = {**CHAT, "max_tokens": 100}
+    left = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+        httpx.post(gw.http() + path, headers=gw.auth, json=body, timeout=1.0)
+    deadline = time.monotonic() + 10
+    while not gw.engine.aborted:  # the engine stops well before its 5 s
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert time.monotonic() - left < 3.5
+    rid = gw.engine.aborted[-1]
+    gw.billed()
+    data = gw.event(rid)["data"]
+    # billed what ran: the prompt and the tokens generated until it stopped (about 20)
+    assert data["status"] == "client_disconnect" and data["prompt_tokens"] > 0
+    assert 5 <= data["completion_tokens"] < 60, data
+    assert int(data["cost_nanos"]) > 0

@@ -28,6 +28,14 @@ def respond(gw: Gateway, **body: Any) -> dict[str, Any]:
     return out
 
 
+def chat_tokens(gw: Gateway, *inputs: str) -> int:
+    """The prompt tokens of these user turns, each but the last answered with the script."""
+    turns: list[dict[str, str]] = []
+    for text in inputs[:-1]:
+        turns += [{"role": "user", "content": text}, {"role": "assistant", "content": ANSWER}]
+    return len(gw.prompts.chat(turns + [{"role": "user", "content": inputs[-1]}]))
+
+
 def stored_bytes(gw: Gateway, ids: list[str]) -> int:
     """Every byte of these stored responses' fields and of the lines of ids they began, read
     from Redis itself."""
@@ -68,16 +76,8 @@ def test_a_follow_up_reads_its_history_from_the_chain_and_renews_it(
     second = respond(a, input="And of Spain?", previous_response_id=first["id"])
     a.redis.expire(f"zl:resp:{{{first['id']}}}", 100)
     third = respond(a, input="Thanks", previous_response_id=second["id"])
-    expected = a.prompts.chat(
-        [
-            {"role": "user", "content": "Capital of France?"},
-            {"role": "assistant", "content": ANSWER},
-            {"role": "user", "content": "And of Spain?"},
-            {"role": "assistant", "content": ANSWER},
-            {"role": "user", "content": "Thanks"},
-        ]
-    )
-    assert third["usage"]["input_tokens"] == len(expected)
+    expected = chat_tokens(a, "Capital of France?", "And of Spain?", "Thanks")
+    assert third["usage"]["input_tokens"] == expected
     # storing a follow-up renews the responses its history is read from
     assert MONTH - 60 < a.redis.ttl(f"zl:resp:{{{first['id']}}}") <= MONTH
     # the first one deleted: a follow-up of the third has lost part of its history
@@ -181,10 +181,7 @@ def test_branches_of_a_chain_each_continue_their_own_history(
     again = respond(a, input="F", previous_response_id=branch["id"])
 
     def tokens(*inputs: str) -> int:
-        turns: list[dict[str, str]] = []
-        for text in inputs[:-1]:
-            turns += [{"role": "user", "content": text}, {"role": "assistant", "content": ANSWER}]
-        return len(a.prompts.chat(turns + [{"role": "user", "content": inputs[-1]}]))
+        return chat_tokens(a, *inputs)
 
     assert third["usage"]["input_tokens"] == tokens("A", "B", "C")
     assert branch["usage"]["input_tokens"] == tokens("A", "B", "D")

@@ -25,6 +25,8 @@ MONITORING = {
     "canary_interval_s": 86400.0,
 }
 BODY_TIMEOUT_S = 3.0
+HEADER_TIMEOUT_S = 3  # HAProxy's `timeout http-request`, short so the test waits seconds
+PER_SOURCE = 64  # HAProxy's open connections per client address
 TIGHT = PlanConfig(
     tiers=["baseline", "masked", "sparse24"],
     default_tier="masked",
@@ -60,6 +62,12 @@ def platform(
             "tokenfix": base_config.tokenfix.model_copy(update={"in_gateway": False}),
             # a short body timeout, so the slow-body test waits seconds, not the default 30
             "gateway": base_config.gateway.model_copy(update={"body_timeout_s": BODY_TIMEOUT_S}),
+            "ray": base_config.ray.model_copy(
+                update={
+                    "haproxy_header_timeout_s": HEADER_TIMEOUT_S,
+                    "haproxy_connections_per_source": PER_SOURCE,
+                }
+            ),
             # live signals in short buckets, every other step sampled, the canary on demand
             "monitoring": base_config.monitoring.model_copy(update=MONITORING),
         }

@@ -5,16 +5,21 @@ deployments)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import select
 import socket
+import struct
 import time
+from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from zerolayer.serve.launcher import Platform
 from zerolayer.store.connect import sync_client
 
-from tests.integration.conftest import ADMIN_KEY, BODY_TIMEOUT_S
+from tests.integration.conftest import ADMIN_KEY, BODY_TIMEOUT_S, HEADER_TIMEOUT_S, PER_SOURCE
 from tests.integration.up import wait
 
 pytestmark = pytest.mark.integration
@@ -82,6 +87,43 @@ def test_a_client_that_leaves_mid_stream_is_settled(platform: Platform) -> None:
     worst = (70 * 40 + 210 * 200) * 1000  # sparse24 prices of pro, in nano-USD
     assert 0 < spent < worst / 2, spent
     client.close()
+
+
+def test_a_client_that_leaves_a_whole_answer_stops_the_engine_and_pays_what_ran(
+    platform: Platform,
+) -> None:
+    made = new_key(platform, "pro")
+    auth = {"Authorization": f"Bearer {made['key']}"}
+    body = {  # a text completion that goes on counting (a chat answer may stop early)
+        "model": "smollm2-135m:sparse24",
+        "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
+        "max_tokens": 1000,
+        "temperature": 0,
+    }
+    # the client sends its request, waits a second and is gone (its connection reset: a
+    # graceful close of a client waiting for a whole answer is not passed on by HAProxy)
+    raw = json.dumps(body).encode()
+    conn = socket.create_connection((platform.cfg.host, platform.cfg.port))
+    conn.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {made['key']}\r\nContent-Length: {len(raw)}\r\n\r\n".encode()
+        + raw
+    )
+    time.sleep(1.0)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+    left = time.monotonic()
+
+    def settled() -> dict | None:
+        got = httpx.get(platform.base_url + "/usage", headers=auth, timeout=30).json()
+        return got["totals"] if got["totals"]["requests"] else None
+
+    totals = wait(settled, 30, "the abandoned request in /v1/usage", every_s=0.2)
+    print(f"settled {time.monotonic() - left:.2f} s after the client left: {totals}")
+    assert totals["statuses"] == {"client_disconnect": 1}, totals
+    # the replica stopped its engine and said what ran: some tokens, far from the 1000 asked
+    assert 0 < totals["completion_tokens"] < 500, totals
+    assert totals["prompt_tokens"] > 0
 
 
 def test_chunks_and_metrics(platform: Platform) -> None:
@@ -259,3 +301,69 @@ def test_usage_and_invoices_are_metered_by_the_billing_deployment(platform: Plat
     time.sleep(1.0)
     later = httpx.get(platform.base_url + "/usage", headers=auth, timeout=30).json()
     assert later["totals"]["requests"] == 3
+
+
+def _haproxy_config() -> str:
+    """The configuration Ray Serve wrote for this platform's HAProxy (one per node)."""
+    folder = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).parent
+    (path,) = folder.glob("*/haproxy.cfg")
+    return path.read_text()
+
+
+def _closed_within(sock: socket.socket, timeout_s: float) -> bytes:
+    """What the server sent before it closed the connection, within timeout_s."""
+    sock.settimeout(timeout_s)
+    got = b""
+    try:
+        while piece := sock.recv(4096):
+            got += piece
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def test_haproxy_bounds_slow_headers_and_connections_per_address(platform: Platform) -> None:
+    text = _haproxy_config()
+    assert f"timeout http-request {HEADER_TIMEOUT_S}s" in text
+    assert f"sc0_conn_cur gt {PER_SOURCE}" in text
+    binds = re.findall(r"^\s*bind (\S+)", text, re.M)
+    front = f"{platform.cfg.host}:{platform.cfg.port}"
+    stats_metrics = [b for b in binds if b.startswith("127.0.0.1:") and b != front]
+    assert len(stats_metrics) == 2 and not [b for b in binds if b.startswith((":", "*:"))]
+    addr = (platform.cfg.host, platform.cfg.port)
+    # a client that never finishes its headers is answered 408 and let go
+    slow = socket.create_connection(addr)
+    slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.monotonic()
+    got = _closed_within(slow, HEADER_TIMEOUT_S + 10)
+    waited = time.monotonic() - t0
+    slow.close()
+    assert got.startswith(b"HTTP/1.1 408") and waited < HEADER_TIMEOUT_S + 3, (got[:80], waited)
+    # one address holds at most PER_SOURCE connections: the next is closed at once
+    held = [socket.create_connection(addr) for _ in range(PER_SOURCE)]
+    try:
+        time.sleep(0.3)
+        extra = socket.create_connection(addr)
+        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _closed_within(extra, 2) == b""
+        extra.close()
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.5)
+    assert httpx.get(root(platform) + "/healthz", timeout=10).status_code == 200
+    # the statistics and Prometheus listeners answer on loopback, and on no other address
+    ports = [int(b.rpartition(":")[2]) for b in stats_metrics]
+    for port in ports:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    others = [
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
+    for ip in others:
+        for port in ports:
+            with pytest.raises(OSError):
+                socket.create_connection((ip, port), timeout=2).close()

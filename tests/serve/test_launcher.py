@@ -45,8 +45,12 @@ def test_haproxy_files_stay_private_with_a_socket_path_haproxy_accepts(
     import os
     import tempfile
 
+    from zerolayer.config import RayConfig
+    from zerolayer.ray_private import haproxy_settings
     from zerolayer.serve import launcher
 
+    for name in haproxy_settings(1, None):
+        monkeypatch.setenv(name, "")
     for name in ("ENABLE_HA_PROXY", "HAPROXY_CONFIG_FILE_LOC", "HAPROXY_SOCKET_PATH"):
         monkeypatch.setenv(f"RAY_SERVE_{name}", "")  # restored after the test
     for name in ("SERVER_STATE_BASE", "SERVER_STATE_FILE", "METRICS_PORT"):
@@ -55,7 +59,7 @@ def test_haproxy_files_stay_private_with_a_socket_path_haproxy_accepts(
         tmp.mkdir(exist_ok=True)
         monkeypatch.setattr(tempfile, "tempdir", str(tmp))
         monkeypatch.setenv("RAY_SERVE_HAPROXY_STATS_PORT", "8404")  # as a parent platform left
-        launcher._haproxy_env()
+        launcher._haproxy_env(RayConfig(haproxy_connections_per_source=32))
         folder = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).parent
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700
@@ -65,4 +69,6 @@ def test_haproxy_files_stay_private_with_a_socket_path_haproxy_accepts(
         assert len(str(folder / ("x" * 56) / socket.name)) <= 97
         ports = {os.environ[f"RAY_SERVE_HAPROXY_{p}_PORT"] for p in ("STATS", "METRICS")}
         assert "8404" not in ports and len(ports) == 2
+        # the settings the worker setup hook hardens HAProxy's template with
+        assert {k: os.environ[k] for k in haproxy_settings(10, 32)} == haproxy_settings(10, 32)
     assert not str(folder).startswith(str(tmp_path))  # the long one fell back to /tmp

@@ -72,6 +72,19 @@ class RayConfig(Strict):
         "port and hands requests to the gateway replicas' own HTTP servers (instead of Ray's "
         "Python proxy relaying every chunk); measured in docs/benchmarks.md",
     )
+    haproxy_header_timeout_s: int = Field(
+        default=10,
+        ge=1,
+        description="With haproxy: how long a client has to send its request line and headers "
+        "(HAProxy's `timeout http-request`; the body has gateway.body_timeout_s)",
+    )
+    haproxy_connections_per_source: int | None = Field(
+        default=256,
+        ge=1,
+        description="With haproxy: open connections one client address may hold; more are "
+        "refused when they connect (None: no limit, for a platform behind a proxy that "
+        "all clients come through)",
+    )
 
 
 class GatewayConfig(Strict):

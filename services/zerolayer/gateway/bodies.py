@@ -5,7 +5,8 @@
   so a chunked body that declares no length is never held past the cap), 408 when the client
   takes longer than gateway.body_timeout_s to send it. It answers those itself, in the OpenAI
   error format. A streamed body (text/plain to /v1/chunks, cut while it arrives) passes through:
-  its route caps what it reads and has no whole-body deadline.
+  its route caps what it reads and has no whole-body deadline. After the body, it alone reads
+  the client's messages: `client_gone()` tells the request when its client has left.
 - `BodyRoute`, the route class of every router, decodes the body the way FastAPI then validates
   it into the route's pydantic model (so FastAPI also writes the OpenAPI document). A body that
   is not UTF-8, not JSON or nested too deeply is not refused while it is read: it reaches the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Collection, Coroutine, MutableMapping
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from fastapi import Request, Response
@@ -31,6 +33,7 @@ __all__ = [
     "BodyLimits",
     "BodyRoute",
     "Unparsed",
+    "client_gone",
     "decode",
     "is_json",
     "is_text_stream",
@@ -91,7 +94,16 @@ class BodyLimits:
             return
         except _Gone:
             return  # nobody is left to answer
-        await self.app(scope, replay(body, False, receive), send)
+        # from here on, one reader of the client's messages: it tells the request (and the
+        # app's own receive) when the client has gone
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watcher = asyncio.ensure_future(_watch(receive, gone))
+        token = _GONE.set(gone)
+        try:
+            await self.app(scope, replay(body, False, _disconnect(gone)), send)
+        finally:
+            _GONE.reset(token)
+            watcher.cancel()
 
     def _streams(self, scope: Scope) -> bool:
         path = str(scope["path"]).removeprefix(str(scope.get("root_path", "")))
@@ -121,6 +133,37 @@ def _header(scope: Scope, name: bytes) -> str:
         if k.lower() == name:
             return bytes(v).decode("latin-1").strip().lower()
     return ""
+
+
+_GONE: ContextVar[asyncio.Future[None] | None] = ContextVar("zl_client_gone", default=None)
+
+
+def client_gone() -> asyncio.Future[None] | None:
+    """Done once the client of the request being answered has closed its connection (None
+    outside a request whose body BodyLimits read): a whole answer still being computed for it
+    can stop (zerolayer.gateway.pipeline)."""
+    return _GONE.get()
+
+
+async def _watch(receive: Receive, gone: asyncio.Future[None]) -> None:
+    """Read the client's messages after its body: the first http.disconnect (the client left,
+    or the response ended) completes `gone`."""
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            if not gone.done():
+                gone.set_result(None)
+            return
+
+
+def _disconnect(gone: asyncio.Future[None]) -> Receive:
+    """A receive that answers http.disconnect once the client has left."""
+
+    async def receive() -> Message:
+        await asyncio.shield(gone)
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 def replay(body: bytes, more: bool, receive: Receive) -> Receive:

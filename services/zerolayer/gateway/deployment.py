@@ -118,7 +118,12 @@ class HandleBackend:
                 gen.cancel()  # client gone: the replica's generator is closed, the engine aborts
 
     async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
-        return await self._handle(target).complete.remote(spec)
+        response = self._handle(target).complete.remote(spec)
+        try:
+            return await response
+        except asyncio.CancelledError:
+            response.cancel()  # the caller left: the replica's call is cancelled, the engine aborts
+            raise
 
     async def canary(self, target: Target, texts: list[str], top_k: int) -> list[dict[str, Any]]:
         return await self._handle(target).canary.remote(texts, top_k)

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from zerolayer.billing.events import UsageEvent, day_of
 from zerolayer.config import PlatformConfig
-from zerolayer.errors import APIError, Overloaded, RateLimited, ShuttingDown
+from zerolayer.errors import APIError, ClientGone, Overloaded, RateLimited, ShuttingDown
 from zerolayer.gateway.limits import Limiter, Reservation, rate_headers, retried
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.revocation import RevocationWatch
@@ -39,7 +39,7 @@ def status_of(exc: BaseException) -> str:
         return "rate_limited"
     if isinstance(exc, Overloaded | ShuttingDown):
         return "shed"
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, asyncio.CancelledError | ClientGone):
         return "client_disconnect"
     if isinstance(exc, APIError) and exc.status_code < 500:
         return "invalid"
@@ -57,6 +57,7 @@ class Call:
     job: SummaryJob | None = None
     tokenized: int = 0  # prompt tokens read for a request refused after tokenizing
     settled: bool = False
+    deferred: bool = False  # its settlement waits for what ran (a whole request left): later
     endpoint: str = "chat.completions"  # the API it came through (its usage event says)
     started: float = 0.0  # when the gateway had it (time.time())
     free: bool = False  # a call without a price (chunking)
@@ -215,11 +216,17 @@ class Meter:
         self.later(retried(step, f"recording {rid}", self._stop))
 
     def finish(
-        self, call: Call, prompt: int, completion: int, status: str = "ok", cached: int = 0
+        self,
+        call: Call,
+        prompt: int,
+        completion: int,
+        status: str = "ok",
+        cached: int = 0,
+        deferred: bool = False,
     ) -> None:
         """Settle a request (and its map-reduce calls) to what was used, with its usage event,
-        once."""
-        if call.settled:
+        once. A deferred call is settled only by the finish that says so (`deferred`)."""
+        if call.settled or call.deferred != deferred:
             return
         call.settled = True
         prompt, completion = call.billed(prompt, completion)

@@ -32,6 +32,7 @@ from zerolayer.config import PlatformConfig
 from zerolayer.errors import (
     APIError,
     AuthenticationFailed,
+    ClientGone,
     EngineError,
     Overloaded,
     RateLimited,
@@ -39,6 +40,7 @@ from zerolayer.errors import (
     TierUnavailable,
 )
 from zerolayer.gateway.admission import Admission
+from zerolayer.gateway.bodies import client_gone
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.chunks import Cut, CutDone, once, request_id, streamed
 from zerolayer.gateway.fit import Fit, Fitting, Refuse
@@ -55,6 +57,7 @@ from zerolayer.protocol import (
     Start,
     Target,
 )
+from zerolayer.store.abandoned import ran
 from zerolayer.store.keys import ApiKeyRecord
 from zerolayer.store.tiers import AsyncTierBoard, TierState
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
@@ -62,6 +65,8 @@ from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 __all__ = ["Answered", "Ask", "Cutting", "Opened", "Pipeline"]
 
 log = logging.getLogger(__name__)
+
+ABANDONED_REPORT_S = 5.0  # how long a whole request whose client left waits for what ran
 
 
 @dataclass(frozen=True)
@@ -260,14 +265,35 @@ class Pipeline:
 
     async def completed(self, call: Call, spec: SamplingSpec) -> End:
         """Run a request whole on its tier; settled and measured when it returns (a failure
-        raised as its APIError)."""
+        raised as its APIError). When its client leaves meanwhile (its server cancels the
+        request, or BodyLimits sees the connection close), the tier's call is cancelled, which
+        stops the engine, and the request is settled in the background to what ran, as the
+        replica reports it (the prompt alone if no report comes)."""
         res = None
         status = "client_disconnect"  # unless it returns or fails
         g = self.config.gateway
         limit_s = g.tier_wait_s + g.request_timeout_s
+        gone, task, left = client_gone(), asyncio.current_task(), False
+
+        def leave(_: object) -> None:
+            nonlocal left
+            left = True
+            if task is not None:
+                task.cancel()
+
+        if gone is not None:
+            if gone.done():
+                raise ClientGone("the client closed its connection before its answer")
+            gone.add_done_callback(leave)
         try:
             res = await asyncio.wait_for(self.backend.complete(call.dest, spec), limit_s)
             status = "ok" if isinstance(res, End) else "engine_error"
+        except asyncio.CancelledError:
+            call.deferred = True
+            self.meter.later(self._abandoned(call, spec))
+            if left and task is not None and task.uncancel() == 0:
+                raise ClientGone("the client closed its connection before its answer") from None
+            raise
         except Exception as exc:
             err = _replica_failure(call.target, exc, limit_s, g.tier_wait_s)
             status = status_of(err)
@@ -275,7 +301,10 @@ class Pipeline:
                 raise
             raise err from exc
         finally:
-            # a whole reply that failed or was abandoned delivered nothing: it costs nothing
+            if gone is not None:
+                gone.remove_done_callback(leave)
+            # a whole reply that failed delivered nothing: it costs nothing (one abandoned is
+            # settled by _abandoned)
             if isinstance(res, End):
                 end = res
                 self.meter.finish(
@@ -287,6 +316,12 @@ class Pipeline:
             res.raise_()
         self.ended(call, res)
         return res
+
+    async def _abandoned(self, call: Call, spec: SamplingSpec) -> None:
+        """Settle a whole request whose client left, to the tokens its replica says ran."""
+        got = await ran(self.meter.limiter.client, spec.request_id, ABANDONED_REPORT_S)
+        prompt, completion = got if got is not None else (len(spec.prompt_token_ids), 0)
+        self.meter.finish(call, prompt, completion, "client_disconnect", deferred=True)
 
     async def opened(self, call: Call, spec: SamplingSpec) -> Opened:
         """Start a streamed request on its tier: its first event (Start) once a replica took

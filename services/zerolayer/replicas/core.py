@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from zerolayer.engines.base import Engine
@@ -29,6 +29,9 @@ class TierReplica:
         self.max_model_len = max_model_len
         self.card: dict[str, Any] = {"tier": model_id.partition(":")[2]}
         self._users: dict[int, int] = {}  # id(engine) -> its requests in flight
+        # told (request id, prompt, completion tokens) when a whole request's call is
+        # cancelled (its caller left): what ran, for the caller to bill
+        self.on_abandoned: Callable[[str, int, int], None] | None = None
 
     async def start(self) -> None:
         """Start the engine."""
@@ -100,25 +103,40 @@ class TierReplica:
         yield End(finish or "stop", prompt_tokens, completion, queue_s, "", ttft, tpot, cached)
 
     async def complete(self, spec: SamplingSpec) -> End | Failed:
-        """The whole result of one request as a single event: End with the text, or Failed."""
+        """The whole result of one request as a single event: End with the text, or Failed.
+        Cancelled (its caller left), the engine stops and on_abandoned is told what ran."""
         parts: list[str] = []
-        async for ev in self.stream(spec):
-            if isinstance(ev, Delta):
-                parts.append(ev.text)
-            elif isinstance(ev, End):
-                return End(
-                    ev.finish_reason,
-                    ev.prompt_tokens,
-                    ev.completion_tokens,
-                    ev.queue_s,
-                    "".join(parts),
-                    ev.ttft_s,
-                    ev.tpot_s,
-                    ev.cached_tokens,
-                )
-            elif isinstance(ev, Failed):
-                return ev
+        prompt = completion = 0
+        try:
+            async for ev in self.stream(spec):
+                if isinstance(ev, Start):
+                    prompt = ev.prompt_tokens
+                elif isinstance(ev, Delta):
+                    parts.append(ev.text)
+                    completion += ev.tokens
+                elif isinstance(ev, End | Failed):
+                    return self._whole(ev, parts)
+        except asyncio.CancelledError:
+            if self.on_abandoned is not None:
+                self.on_abandoned(spec.request_id, prompt, completion)
+            raise
         raise EngineError("the engine ended a request without a finish")
+
+    @staticmethod
+    def _whole(ev: End | Failed, parts: list[str]) -> End | Failed:
+        """A whole request's last event, with the text of its deltas."""
+        if isinstance(ev, Failed):
+            return ev
+        return End(
+            ev.finish_reason,
+            ev.prompt_tokens,
+            ev.completion_tokens,
+            ev.queue_s,
+            "".join(parts),
+            ev.ttft_s,
+            ev.tpot_s,
+            ev.cached_tokens,
+        )
 
     async def check_health(self) -> None:
         """Raise if the engine cannot serve."""

@@ -19,6 +19,7 @@ from zerolayer.ray_private import versioned
 from zerolayer.replicas.artifacts import live_reference, require_artifact, tier_card
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.live import LiveRecorder
+from zerolayer.store.abandoned import AbandonedReports
 from zerolayer.store.connect import async_client
 
 __all__ = ["TierDeployment"]
@@ -42,8 +43,10 @@ class TierDeployment:
         self.replica = TierReplica(f"{model}:{tier}", engine, vocab, mcfg.max_model_len)
         await self.replica.start()
         self.replica.card = {**card, "serving": engine.info()}
+        client = async_client(cfg.redis)
+        self.replica.on_abandoned = AbandonedReports(client)  # what ran, for its gateway
         self.live = LiveRecorder(
-            async_client(cfg.redis),
+            client,
             f"{model}:{tier}",
             engine,
             reference,

@@ -22,10 +22,15 @@ import redis
 
 from zerolayer.artifacts import card_stamp
 from zerolayer.collapse import missing_kinds, tiers_of_kind
-from zerolayer.config import PlatformConfig
+from zerolayer.config import PlatformConfig, RayConfig
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
-from zerolayer.ray_private import reload_auth_token, temp_dir_option
+from zerolayer.ray_private import (
+    HAPROXY_HOOK,
+    haproxy_settings,
+    reload_auth_token,
+    temp_dir_option,
+)
 from zerolayer.replicas.artifacts import require_artifact
 from zerolayer.serve.builds import Builds
 from zerolayer.store.connect import sync_client
@@ -104,13 +109,15 @@ def _ray_token_auth() -> None:
     reload_auth_token()
 
 
-def _haproxy_env() -> None:
+def _haproxy_env(ray_cfg: RayConfig) -> None:
     """Ray Serve's HAProxy (see Platform.start) with its files in a folder only this user can
     enter (Ray's default, /tmp/haproxy-serve, holds an admin socket anyone may write to) and
     its statistics and metrics listeners on free ports (Ray's defaults, 8404 and 9101, would
-    clash between two platforms on one machine). Those two listen on every interface: Ray's
-    template has no setting for their address; they serve counters, no data. Set here, not
-    defaulted: a platform started from a process that started one inherits its settings."""
+    clash between two platforms on one machine), on 127.0.0.1 only, with a header timeout and
+    a limit of connections per client address: Ray has no setting for those three, so the
+    worker setup hook zerolayer.ray_private.harden_haproxy rewrites its template from the
+    settings put here. Set here, not defaulted: a platform started from a process that
+    started one inherits its settings."""
     folder = _haproxy_dir()
     settings = {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
@@ -120,6 +127,9 @@ def _haproxy_env() -> None:
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(folder / "server-state"),
         "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
         "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
+        **haproxy_settings(
+            ray_cfg.haproxy_header_timeout_s, ray_cfg.haproxy_connections_per_source
+        ),
     }
     os.environ.update(settings)
 
@@ -302,7 +312,7 @@ class Platform:
             if self.cfg.ray.throughput_optimized:
                 os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
             if self.cfg.ray.throughput_optimized and self.cfg.ray.haproxy:
-                _haproxy_env()
+                _haproxy_env(self.cfg.ray)
             else:  # not inherited from a process that started a platform with it
                 os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
             # the gateway's edge (zerolayer.gateway.edge) around Ray Serve's own HTTP handling
@@ -376,6 +386,12 @@ class Platform:
             log_to_driver=True,
             # Ray's session files (logs, sockets) in a folder only this user can enter
             **(temp_dir_option(ray_temp_dir()) if local else {}),
+            # HAProxy's template hardened in the process that writes its configuration
+            runtime_env=(
+                {"worker_process_setup_hook": HAPROXY_HOOK}
+                if self.cfg.ray.throughput_optimized and self.cfg.ray.haproxy
+                else None
+            ),
         )
         self._ray_started = True
         self._ray_processes = self._children()

@@ -18,6 +18,7 @@ __all__ = [
     "KEYSPACE",
     "KeySpec",
     "ROOT",
+    "abandoned",
     "api_key",
     "api_key_by_id",
     "api_key_id_prefix",
@@ -134,6 +135,13 @@ KEYSPACE: tuple[KeySpec, ...] = (
         "hash",
         "tenant, obj, input (JSON), line, pos, conv, upto (where its history lies)",
         "conversations.store",
+    ),
+    KeySpec(
+        "zl:ran:{<request id>}",
+        "string",
+        "'<prompt> <completion>': tokens that ran of a whole request whose caller left "
+        "(10 minutes)",
+        "store.abandoned (tier replicas)",
     ),
     KeySpec(
         "zl:line:{<response id>}",
@@ -334,6 +342,11 @@ def live_channels_pattern(tier: str) -> str:
 def response(rid: str) -> str:
     """A stored response's hash."""
     return f"{ROOT}resp:{{{rid}}}"
+
+
+def abandoned(request_id: str) -> str:
+    """The tokens that ran of a whole request whose caller left (a replica's report)."""
+    return f"{ROOT}ran:{{{request_id}}}"
 
 
 def response_line(line: str) -> str:
