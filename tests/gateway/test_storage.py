@@ -126,6 +126,7 @@ def test_the_objects_quota_refuses_the_write_past_it(make_gateway: GatewayFactor
     requests = a.engine.requests
     for path, body in (
         ("/responses", {"model": MODEL, "input": "two"}),
+        ("/responses", {"model": MODEL, "input": "two", "previous_response_id": kept["id"]}),
         ("/conversations", {}),
     ):
         err = assert_openai_error(post(a, path, body), 403, "insufficient_quota")

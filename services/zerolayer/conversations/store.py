@@ -86,6 +86,12 @@ class Quota:
     def args(self) -> list[int]:
         return [self.bytes or 0, self.objects or 0]
 
+    def reached(self, used: int, objects: int) -> bool:
+        """Whether a tenant storing this much may store nothing more."""
+        return bool(self.objects and objects >= self.objects) or bool(
+            self.bytes and used >= self.bytes
+        )
+
 
 @dataclass(frozen=True)
 class Lineage:
@@ -194,9 +200,10 @@ end
 return 1
 """
 
-# KEYS: a response hash. ARGV: tenant, then the parts of a response's and a line's key names
-# around the id. What a follow-up of it reads, in one call: its line, place, conv and upto,
-# then per response of its chain, oldest first and itself last: id, tenant, obj, input,
+# KEYS: a response hash, the tenant's stored totals. ARGV: tenant, then the parts of a
+# response's and a line's key names around the id. What a follow-up of it reads, in one call:
+# its line, place, conv and upto, the tenant's stored bytes and objects, then per response of
+# its chain, oldest first and itself last: id, tenant, obj, input,
 # context (the layout before lines). An empty list when it is not the tenant's. The chain's
 # keys are named in the script from the line (not declared: this needs a Redis that is not a
 # Cluster, as every script here that spans a tenant's keys does).
@@ -204,7 +211,8 @@ _CONTEXT = """
 local r = redis.call('HMGET', KEYS[1], 'tenant', 'obj', 'input', 'line', 'pos', 'conv', 'upto',
                      'context')
 if r[1] ~= ARGV[1] then return {} end
-local out = {r[4], r[5], r[6], r[7]}
+local t = redis.call('HMGET', KEYS[2], '#bytes', '#objects')
+local out = {r[4], r[5], r[6], r[7], t[1], t[2]}
 local pos = tonumber(r[5]) or 0
 if pos > 1 then
   local ids = redis.call('LRANGE', ARGV[4] .. r[4] .. ARGV[5], 0, pos - 2)
@@ -446,17 +454,25 @@ class ConversationStore:
         )
         return StoredResponse(json.loads(obj), json.loads(items))
 
-    async def context(self, tenant: str, rid: str) -> tuple[list[dict[str, Any]], Lineage]:
+    async def context(
+        self, tenant: str, rid: str, quota: Quota | None = None
+    ) -> tuple[list[dict[str, Any]], Lineage]:
         """The items a follow-up of a tenant's stored response continues from (each earlier
         turn's input and output, read from the response that stored it), and the follow-up's
-        lineage; NotFound when the response, or one its history is read from, is missing."""
-        got = await self._context(keys=[_resp(rid)], args=[tenant, *_RESP_NAME, *_LINE_NAME])
+        lineage; NotFound when the response, or one its history is read from, is missing. With
+        `quota` (a follow-up to be stored), QuotaExceeded as check_quota, read in the same
+        call."""
+        got = await self._context(
+            keys=[_resp(rid), _stored(tenant)], args=[tenant, *_RESP_NAME, *_LINE_NAME]
+        )
         if not got:
             raise NotFound(f"no response with id {rid!r}")
         line, pos = keyspace.text(got[0] or b""), int(got[1] or 0)
         conv = (keyspace.text(got[2]) if got[2] else "") or None
         upto = int(got[3] or 0)
-        rest = got[4:]
+        if quota is not None and quota.reached(int(got[4] or 0), int(got[5] or 0)):
+            await self.check_quota(tenant, quota)  # reconciled first; raises if still reached
+        rest = got[6:]
         if pos > 1 and len(rest) // 5 != pos:
             raise NotFound(f"the history of {rid} was deleted or has expired")
         hops = [rest[i : i + 5] for i in range(0, len(rest), 5)]  # id, tenant, obj, input, old

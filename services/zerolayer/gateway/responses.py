@@ -143,10 +143,13 @@ class Responder:
                 param="store",
             )
         new = input_items(body.input) if body.input is not None else []
-        # at its quota: refused before it runs (once run, it is kept); read meanwhile
-        checking = asyncio.ensure_future(self._check_quota(record)) if body.store else None
+        # at its quota: refused before it runs (once run, it is kept); read meanwhile (with a
+        # previous response's history, in the same call)
+        checking = None
+        if body.store and body.previous_response_id is None:
+            checking = asyncio.ensure_future(self._check_quota(record))
         try:
-            turn = await self._load(body, record.owner, rid, new, cid)
+            turn = await self._load(body, record, rid, new, cid)
         except BaseException:
             if checking is not None:
                 checking.cancel()
@@ -164,30 +167,40 @@ class Responder:
             raise
         return turn
 
+    def _quota(self, record: ApiKeyRecord) -> Quota:
+        """The storage quota of the key's tenant, from the key's plan."""
+        plan = self.pipeline.config.plans.get(record.plan)
+        if plan is None:
+            return Quota()
+        return Quota(plan.limits.stored_bytes, plan.limits.stored_objects)
+
     async def _check_quota(self, record: ApiKeyRecord) -> None:
         """403 storage_quota_exceeded when the key's tenant is at its plan's storage quota."""
-        plan = self.pipeline.config.plans.get(record.plan)
-        quota = (
-            Quota() if plan is None else Quota(plan.limits.stored_bytes, plan.limits.stored_objects)
-        )
         try:
-            await self.store.check_quota(record.owner, quota)
+            await self.store.check_quota(record.owner, self._quota(record))
         except QuotaExceeded as exc:
             raise StorageQuotaExceeded(str(exc)) from exc
 
     async def _load(
         self,
         body: CreateResponseRequest,
-        tenant: str,
+        record: ApiKeyRecord,
         rid: str,
         new: list[dict[str, Any]],
         cid: str | None,
     ) -> _Turn:
-        """What the response continues: a stored response's history, or a conversation's
-        items (held for it), or nothing."""
+        """What the response continues: a stored response's history (and, when it is to be
+        stored, the quota checked in the same call), or a conversation's items (held for it),
+        or nothing."""
+        tenant = record.owner
         if body.previous_response_id is not None:
+            quota = self._quota(record) if body.store else None
             try:
-                history, lineage = await self.store.context(tenant, body.previous_response_id)
+                history, lineage = await self.store.context(
+                    tenant, body.previous_response_id, quota
+                )
+            except QuotaExceeded as exc:
+                raise StorageQuotaExceeded(str(exc)) from exc
             except NotFound as exc:
                 raise ObjectNotFound(
                     f"no stored response with id {body.previous_response_id!r}"
