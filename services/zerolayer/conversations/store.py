@@ -41,6 +41,7 @@ from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 
+from zerolayer.config import PlanLimits
 from zerolayer.conversations.items import Page
 from zerolayer.errors import ZerolayerError
 from zerolayer.store import keyspace
@@ -86,11 +87,20 @@ class Quota:
     def args(self) -> list[int]:
         return [self.bytes or 0, self.objects or 0]
 
-    def reached(self, used: int, objects: int) -> bool:
-        """Whether a tenant storing this much may store nothing more."""
-        return bool(self.objects and objects >= self.objects) or bool(
-            self.bytes and used >= self.bytes
-        )
+    @classmethod
+    def of(cls, limits: PlanLimits | None) -> Quota:
+        """The storage quota a plan's limits set (none without a plan)."""
+        if limits is None:
+            return cls()
+        return cls(limits.stored_bytes, limits.stored_objects)
+
+    def refusal(self, used: int, objects: int) -> QuotaExceeded | None:
+        """Why a tenant storing this much may store nothing more; None when it may."""
+        if self.objects and objects >= self.objects:
+            return QuotaExceeded("objects", objects, self.objects)
+        if self.bytes and used >= self.bytes:
+            return QuotaExceeded("bytes", used, self.bytes)
+        return None
 
 
 @dataclass(frozen=True)
@@ -276,8 +286,8 @@ if ttl > 0 then
     if k == 1 or k > 4 then redis.call('PEXPIRE', KEYS[k], ttl) end
   end
 end
-redis.call('ZADD', KEYS[2], ARGV[7], 'response:' .. ARGV[6])
 local entry = 'response:' .. ARGV[6]
+redis.call('ZADD', KEYS[2], ARGV[7], entry)
 local bytes = #ARGV[2] + #ARGV[3] + #line + pushed + #entry
 local old = redis.call('HGET', KEYS[4], entry)
 if old then
@@ -398,21 +408,18 @@ class ConversationStore:
         got = await self.client.hmget(_stored(tenant), ["#bytes", "#objects"])
         return int(got[0] or 0), int(got[1] or 0)
 
-    async def check_quota(self, tenant: str, quota: Quota) -> None:
+    async def check_quota(
+        self, tenant: str, quota: Quota, totals: tuple[int, int] | None = None
+    ) -> None:
         """QuotaExceeded when the tenant is at its quota already (before a response runs: a
-        response is stored whatever its size once it ran). Objects that expired are taken out
-        of the totals first when the totals say it is."""
-        for attempt in range(2):
-            used, objects = await self.stored(tenant)
-            if quota.objects and objects >= quota.objects:
-                refused = QuotaExceeded("objects", objects, quota.objects)
-            elif quota.bytes and used >= quota.bytes:
-                refused = QuotaExceeded("bytes", used, quota.bytes)
-            else:
-                return
-            if attempt == 0:
-                await self.reconcile(tenant)
-        raise refused
+        response is stored whatever its size once it ran), by its stored totals (`totals`
+        when read already). Objects that expired are taken out of the totals first when the
+        totals say it is."""
+        refused = quota.refusal(*(totals or await self.stored(tenant)))
+        if refused is not None and await self.reconcile(tenant):
+            refused = quota.refusal(*await self.stored(tenant))
+        if refused is not None:
+            raise refused
 
     async def reconcile(self, tenant: str) -> int:
         """Take the objects of a tenant that expired out of its stored totals; how many."""
@@ -466,12 +473,12 @@ class ConversationStore:
             keys=[_resp(rid), _stored(tenant)], args=[tenant, *_RESP_NAME, *_LINE_NAME]
         )
         if not got:
-            raise NotFound(f"no response with id {rid!r}")
+            raise NotFound(f"no stored response with id {rid!r}")
         line, pos = keyspace.text(got[0] or b""), int(got[1] or 0)
         conv = (keyspace.text(got[2]) if got[2] else "") or None
         upto = int(got[3] or 0)
-        if quota is not None and quota.reached(int(got[4] or 0), int(got[5] or 0)):
-            await self.check_quota(tenant, quota)  # reconciled first; raises if still reached
+        if quota is not None:
+            await self.check_quota(tenant, quota, (int(got[4] or 0), int(got[5] or 0)))
         rest = got[6:]
         if pos > 1 and len(rest) // 5 != pos:
             raise NotFound(f"the history of {rid} was deleted or has expired")

@@ -93,9 +93,7 @@ async def current_tenant(record: ApiKeyRecord = Depends(current_key)) -> str:
 def quota_of(parts: GatewayParts, record: ApiKeyRecord) -> Quota:
     """The storage quota of a key's tenant, from the key's plan (none for an unknown plan)."""
     plan = parts.config.plans.get(record.plan)
-    if plan is None:
-        return Quota()
-    return Quota(plan.limits.stored_bytes, plan.limits.stored_objects)
+    return Quota.of(plan.limits if plan is not None else None)
 
 
 async def storage_quota(request: Request, record: ApiKeyRecord = Depends(current_key)) -> Quota:

@@ -170,9 +170,7 @@ class Responder:
     def _quota(self, record: ApiKeyRecord) -> Quota:
         """The storage quota of the key's tenant, from the key's plan."""
         plan = self.pipeline.config.plans.get(record.plan)
-        if plan is None:
-            return Quota()
-        return Quota(plan.limits.stored_bytes, plan.limits.stored_objects)
+        return Quota.of(plan.limits if plan is not None else None)
 
     async def _check_quota(self, record: ApiKeyRecord) -> None:
         """403 storage_quota_exceeded when the key's tenant is at its plan's storage quota."""
@@ -203,9 +201,7 @@ class Responder:
                 raise StorageQuotaExceeded(str(exc)) from exc
             except NotFound as exc:
                 raise ObjectNotFound(
-                    f"no stored response with id {body.previous_response_id!r}"
-                    if "history" not in str(exc)
-                    else str(exc),
+                    str(exc),
                     param="previous_response_id",
                     code="previous_response_not_found",
                 ) from exc
