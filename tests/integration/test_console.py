@@ -372,9 +372,18 @@ def test_operators_see_tenants_and_live_tier_figures(
     text = page.locator("#ops-tiers tbody tr", has_text=f"{MODEL}:baseline").inner_text()
     assert "ready" in text
     assert page.locator("#ops-tiers svg.chart").count() == 2
-    shown = page.text_content("#alerts h2")  # the live signals may move while the page polls
-    later = api(platform, "/admin/operations", ADMIN_KEY)
-    assert shown in {f"Collapse alerts ({len(o['alerts'])})" for o in (ops, later)}
+    # the live signals may move while the page polls: the heading must agree with the
+    # gateway's count read around it, within a few polls
+    deadline = time.monotonic() + 30
+    while True:
+        before = api(platform, "/admin/operations", ADMIN_KEY)
+        shown = page.text_content("#alerts h2")
+        after = api(platform, "/admin/operations", ADMIN_KEY)
+        counts = {f"Collapse alerts ({len(o['alerts'])})" for o in (before, after)}
+        if shown in counts:
+            break
+        assert time.monotonic() < deadline, (shown, counts)
+        time.sleep(1.0)
     assert page.locator("#view h1").all_inner_texts() == ["Operations"]
     tab.shot("operations")
     # the tenants, and one tenant's usage
