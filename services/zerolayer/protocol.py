@@ -24,6 +24,9 @@ from zerolayer.errors import APIError, openai_error_body
 
 __all__ = [
     "Target",
+    "Constraint",
+    "TopLogprob",
+    "TokenLogprob",
     "SamplingSpec",
     "PromptInput",
     "Prompt",
@@ -67,9 +70,44 @@ class Target(_Value):
 
 
 @dataclass(frozen=True, slots=True)
+class Constraint(_Value):
+    """A grammar every output token must keep to (grammar-constrained decoding): `kind`
+    "json_object" (any JSON object; `spec` empty), "json_schema" (`spec`: the schema as JSON
+    text), "structural_tag" (`spec`: an xgrammar structural tag as JSON text: free text with
+    tagged, schema-checked parts, as tool calls are) or "regex" (`spec`: the pattern)."""
+
+    kind: str
+    spec: str = ""
+
+
+@dataclass(slots=True)
+class TopLogprob(_Value):
+    """One of the most likely tokens at a position: its text (`bytes:` and escapes where the
+    token is not whole UTF-8), UTF-8 bytes and natural-log probability."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+@dataclass(slots=True)
+class TokenLogprob(_Value):
+    """The sampled token at a position, with its log-probability under the model (before
+    temperature, top_p and any grammar mask) and the `top` most likely tokens there."""
+
+    token: str
+    bytes: list[int]
+    logprob: float
+    top: list[TopLogprob]
+
+
+@dataclass(frozen=True, slots=True)
 class SamplingSpec(_Value):
     """The prepared request a replica runs: prompt token ids and sampling, with max_tokens
-    decided once, in the gateway (engine-neutral; every engine takes it as it is)."""
+    decided once, in the gateway (engine-neutral; every engine takes it as it is).
+    `constraint`: a grammar the output keeps to (None: free text); `logprobs`: None for
+    none, k (0-20) for every output token's log-probability and its k most likely
+    alternatives."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -78,6 +116,8 @@ class SamplingSpec(_Value):
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    constraint: Constraint | None = None
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +218,12 @@ class Start(_Value):
 
 @dataclass(slots=True)
 class Delta(_Value):
-    """New output text and how many tokens it took."""
+    """New output text and how many tokens it took; with `logprobs` asked for, one entry per
+    token."""
 
     text: str
     tokens: int
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(slots=True)
@@ -191,7 +233,8 @@ class End(_Value):
     output when the request was run whole (complete), empty when it was streamed. `ttft_s`:
     seconds from the replica taking the request to its first token; `tpot_s`: seconds per
     output token after the first (None with fewer than two). `cached_tokens`: prompt tokens the
-    engine served from its prefix cache (0 when it has none or cannot tell)."""
+    engine served from its prefix cache (0 when it has none or cannot tell). `logprobs`: a
+    whole request's per-token log-probabilities, when it asked for them."""
 
     finish_reason: str
     prompt_tokens: int
@@ -201,6 +244,7 @@ class End(_Value):
     ttft_s: float | None = None
     tpot_s: float | None = None
     cached_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None
 
 
 ReplicaEvent = Start | Delta | End | Failed

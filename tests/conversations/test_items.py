@@ -7,6 +7,7 @@ import re
 import pytest
 from zerolayer.conversations.items import (
     ItemError,
+    check_outputs,
     input_items,
     messages_of,
     new_id,
@@ -50,9 +51,9 @@ def test_message_items_keep_roles_and_join_text_parts() -> None:
 @pytest.mark.parametrize(
     "item, words",
     [
-        ({"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"}, "tools"),
-        ({"type": "function_call_output", "call_id": "c", "output": "1"}, "tools"),
-        ({"type": "reasoning", "summary": []}, "tools"),
+        ({"type": "custom_tool_call", "name": "f", "input": "x", "call_id": "c"}, "function tools"),
+        ({"type": "web_search_call", "id": "ws_1"}, "function tools"),
+        ({"type": "reasoning", "summary": []}, "function tools"),
         ({"type": "item_reference", "id": "msg_1"}, "item_reference"),
         (
             {"role": "user", "content": [{"type": "input_image", "image_url": "http://x/a.png"}]},
@@ -97,3 +98,41 @@ def test_pages_walk_the_list_by_cursor_in_either_order() -> None:
     assert (body["first_id"], body["last_id"], body["object"]) == ("i2", "i1", "list")
     with pytest.raises(InvalidRequest):
         page(items, 2, "asc", "nope")
+
+
+def test_function_calls_and_outputs_are_kept_and_read_back_as_the_model_writes_them() -> None:
+    items = input_items(
+        [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "type": "function_call",
+                "name": "get_weather",
+                "arguments": '{"city": "Paris"}',
+                "call_id": "call_1",
+            },
+            {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
+        ]
+    )
+    assert [i["type"] for i in items] == ["message", "function_call", "function_call_output"]
+    assert items[1]["id"].startswith("fc_") and items[2]["id"].startswith("fco_")
+    check_outputs([], items, "input")
+    assert messages_of(items)[1:] == [
+        {
+            "role": "assistant",
+            "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n'
+            "</tool_call>",
+        },
+        {"role": "user", "content": '<tool_response name="get_weather">\n18 C\n</tool_response>'},
+    ]
+    with pytest.raises(InvalidRequest) as exc:
+        check_outputs([], items[2:], "input")
+    assert exc.value.param == "input[0].call_id"
+    check_outputs(items[:2], items[2:], "input")  # a call made in an earlier turn
+    for bad, param in [
+        ({"type": "function_call", "arguments": "{}", "call_id": "c"}, "input[0].name"),
+        ({"type": "function_call_output", "output": "1"}, "input[0].call_id"),
+        ({"type": "function_call_output", "call_id": "c", "output": 5}, "input[0].output"),
+    ]:
+        with pytest.raises(InvalidRequest) as exc:
+            input_items([bad])
+        assert exc.value.param == param

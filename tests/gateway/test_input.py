@@ -1,5 +1,5 @@
 """Hostile or sloppy input gets a 4xx in the OpenAI error format, never a 500 or a hang: strict
-numbers, bounded seeds, refused logprobs, deep JSON, bodies capped while they are read and read
+numbers, bounded seeds and logprobs, deep JSON, bodies capped while they are read and read
 within a time limit, the key checked before a body is parsed."""
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ CHAT = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}]
         ("chat", {"max_tokens": True}, "max_tokens"),
         ("chat", {"temperature": "0.5"}, "temperature"),
         ("chat", {"stream": "true"}, "stream"),
-        ("chat", {"logprobs": True}, "logprobs"),
-        ("chat", {"top_logprobs": 3}, "top_logprobs"),
-        ("completions", {"logprobs": 5}, "logprobs"),
+        ("chat", {"logprobs": 1}, "logprobs"),
+        ("chat", {"top_logprobs": 3}, "top_logprobs"),  # without logprobs: true
+        ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ("completions", {"logprobs": 21}, "logprobs"),
+        ("completions", {"logprobs": True}, "logprobs"),
         ("chat", {"user": "u" * 513}, "user"),
         ("completions", {"user": "u" * 513}, "user"),
     ],
@@ -212,3 +214,23 @@ def test_a_text_stream_is_one_whatever_the_case_of_its_content_type(gateway: Gat
     assert r.status_code == 200, r.text
     lines = [json.loads(x) for x in r.text.splitlines()]
     assert lines[-1]["object"] == "chunks.done", lines
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "param"),
+    [
+        ("/v1/responses", {"model": "smollm2-135m", "input": 5}, "input"),
+        ("/v1/completions", {"model": "smollm2-135m", "prompt": {"a": 1}}, "prompt"),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+            "messages[0].content",
+        ),
+        ("/v1/chat/completions", {**CHAT, "tool_choice": "sometimes"}, "tool_choice"),
+    ],
+)
+def test_an_error_names_the_clients_field_not_an_internal_one(
+    gateway: Gateway, url: str, body: dict[str, Any], param: str
+) -> None:
+    err = assert_openai_error(gateway.client.post(url, headers=gateway.auth, json=body), 400)
+    assert err["param"] == param, err

@@ -34,8 +34,6 @@ OWN = {
 # body fields zerolayer adds, per route, and why
 EXTRA_FIELDS = {
     ("post", "/chat/completions"): {"long_prompt"},  # opt-in map-reduce of an over-long prompt
-    # accepted so that asking for logprobs of a completion gets a clear 400, not silence
-    ("post", "/completions"): {"top_logprobs"},
 }
 # fields zerolayer requires where OpenAI does not, and why
 EXTRA_REQUIRED = {

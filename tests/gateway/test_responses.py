@@ -308,18 +308,42 @@ def test_store_false_stores_nothing(make_gateway: GatewayFactory) -> None:
             {"input": "x", "previous_response_id": "resp_1", "conversation": "conv_1"},
             "conversation",
         ),
-        ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
         ({"input": "x", "tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "input": "x",
+                "tools": [{"type": "function", "name": "f"}],
+                "text": {"format": {"type": "json_object"}},
+            },
+            "text.format",
+        ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
             None,
         ),
-        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, None),
         (
-            {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {}}}},
-            None,
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
+            "input[0].call_id",
         ),
-        ({"input": "x", "include": ["message.output_text.logprobs"]}, "include"),
+        ({"input": [{"type": "custom_tool_call", "call_id": "c"}]}, None),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format"),
+        (
+            {
+                "input": "x",
+                "text": {
+                    "format": {
+                        "type": "json_schema",
+                        "name": "n",
+                        "schema": {"type": "object", "properties": {"a": {"not": {}}}},
+                    }
+                },
+            },
+            "text.format.schema.properties.a.not",
+        ),
+        ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include"),
+        ({"input": "x", "top_logprobs": 21}, "top_logprobs"),
         ({"input": "x", "reasoning": {"effort": "high"}}, "reasoning"),
         ({"input": "x", "background": True}, "background"),
         ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),

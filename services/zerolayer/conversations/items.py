@@ -1,9 +1,11 @@
 """Items: the messages a response takes in and gives out, as the Responses and Conversations APIs
-show them ({"type": "message", "id", "status", "role", "content": [parts]}); what the model reads
-of them; and cursor pagination of item lists.
+show them ({"type": "message", "id", "status", "role", "content": [parts]}), function calls
+and their outputs ({"type": "function_call", "call_id", "name", "arguments"} and
+{"type": "function_call_output", "call_id", "output"}); what the model reads of them; and
+cursor pagination of item lists.
 
-Only text is served: a tool call, a tool's output, an image, a file or audio in an input is a
-400 naming what was sent, never dropped in silence."""
+Text and function tools are served: another tool's call or output, an image, a file or audio
+in an input is a 400 naming what was sent, never dropped in silence."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from zerolayer.errors import InvalidRequest
+from zerolayer.toolcalls import call_text, result_text
 
 __all__ = [
     "ItemError",
@@ -19,6 +22,8 @@ __all__ = [
     "new_id",
     "input_items",
     "assistant_item",
+    "call_item",
+    "check_outputs",
     "messages_of",
     "page",
     "item_text",
@@ -29,8 +34,6 @@ ROLES = ("user", "assistant", "system", "developer")
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 _MEDIA = {"input_image", "input_file", "input_audio", "input_video"}
 _TOOLISH = (
-    "function_call",
-    "function_call_output",
     "custom_tool_call",
     "custom_tool_call_output",
     "computer_call",
@@ -118,9 +121,12 @@ def input_items(value: Any, param: str = "input") -> list[dict[str, Any]]:
         kind = item.get("type", "message")
         if kind in _TOOLISH:
             raise ItemError(
-                f"{where} is a {kind} item: tools are not served by zerolayer's tiers",
+                f"{where} is a {kind} item: only function tools are served by zerolayer's tiers",
                 param=where,
             )
+        if kind in ("function_call", "function_call_output"):
+            out.append(_function_item(kind, item, where))
+            continue
         if kind == "item_reference":
             raise ItemError(
                 f"{where} is an item_reference: send the item itself, or continue by "
@@ -138,6 +144,68 @@ def input_items(value: Any, param: str = "input") -> list[dict[str, Any]]:
     return out
 
 
+def _string(item: dict[str, Any], key: str, where: str, most: int = 128) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value or len(value) > most:
+        raise InvalidRequest(
+            f"{where}.{key} must be a non-empty string of at most {most} characters",
+            param=f"{where}.{key}",
+        )
+    return value
+
+
+def _function_item(kind: str, item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A function call (an earlier answer's, sent back) or a function's output, as stored."""
+    call_id = _string(item, "call_id", where)
+    if kind == "function_call":
+        arguments = item.get("arguments", "")
+        if not isinstance(arguments, str):
+            raise InvalidRequest(f"{where}.arguments must be JSON text", param=f"{where}.arguments")
+        return call_item(_string(item, "name", where, 64), arguments, call_id)
+    output = item.get("output")
+    if isinstance(output, list):
+        output = _content_text(output, where)
+    if not isinstance(output, str):
+        raise InvalidRequest(
+            f"{where}.output must be a string or a list of text parts", param=f"{where}.output"
+        )
+    return {
+        "type": "function_call_output",
+        "id": new_id("fco"),
+        "call_id": call_id,
+        "output": output,
+        "status": "completed",
+    }
+
+
+def call_item(
+    name: str, arguments: str, call_id: str, status: str = "completed", item_id: str | None = None
+) -> dict[str, Any]:
+    """A function call item (the model's, or one sent back)."""
+    return {
+        "type": "function_call",
+        "id": item_id or new_id("fc"),
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def check_outputs(history: list[dict[str, Any]], new: list[dict[str, Any]], param: str) -> None:
+    """Every function output in `new` answers a call made before it (in the history or in
+    `new`): a 400 naming the output's call_id otherwise."""
+    made = {it["call_id"] for it in history if it.get("type") == "function_call"}
+    for i, it in enumerate(new):
+        if it.get("type") == "function_call":
+            made.add(it["call_id"])
+        elif it.get("type") == "function_call_output" and it["call_id"] not in made:
+            raise InvalidRequest(
+                f"no function call with call_id {it['call_id']!r} comes before this output",
+                param=f"{param}[{i}].call_id",
+            )
+
+
 def assistant_item(text: str, status: str = "completed", item_id: str | None = None) -> dict:
     """The model's output message."""
     item = _message("assistant", text, status)
@@ -152,12 +220,22 @@ def item_text(item: dict[str, Any]) -> str:
 
 
 def messages_of(items: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """What the model reads of stored items: chat messages (a developer's message is a system
-    message to the model)."""
-    return [
-        {"role": "system" if it["role"] == "developer" else it["role"], "content": item_text(it)}
-        for it in items
-    ]
+    """What the model reads of stored items, one chat message each: a developer's message is
+    a system message; a function call is the assistant's, written as the model writes calls;
+    its output is the user's, a tool response naming the function (zerolayer.toolcalls)."""
+    names = {it["call_id"]: it["name"] for it in items if it.get("type") == "function_call"}
+    out = []
+    for it in items:
+        kind = it.get("type", "message")
+        if kind == "function_call":
+            out.append({"role": "assistant", "content": call_text(it["name"], it["arguments"])})
+        elif kind == "function_call_output":
+            told = result_text(names.get(it["call_id"]), it["output"])
+            out.append({"role": "user", "content": told})
+        else:
+            role = "system" if it["role"] == "developer" else it["role"]
+            out.append({"role": role, "content": item_text(it)})
+    return out
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from zerolayer.protocol import SamplingSpec
+from zerolayer.protocol import SamplingSpec, TokenLogprob
 
 __all__ = ["SamplingSpec", "TokenDelta", "Engine"]
 
@@ -17,13 +17,15 @@ class TokenDelta:
     """New output since the previous delta. finish_reason is set on the last one only; queue_s,
     on the first one, is how long the request waited before the engine started it (None: the
     engine cannot tell); cached_tokens, on the first one, how many prompt tokens came from the
-    engine's prefix cache (None: it cannot tell)."""
+    engine's prefix cache (None: it cannot tell); logprobs, when the request asked for them,
+    one entry per token of token_ids but an end-of-sequence one."""
 
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
     queue_s: float | None = None
     cached_tokens: int | None = None
+    logprobs: list[TokenLogprob] | None = None
 
 
 @runtime_checkable

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from zerolayer.engines.base import SamplingSpec, TokenDelta
+from zerolayer.protocol import TokenLogprob, TopLogprob
 
 __all__ = ["FakeEngine"]
 
@@ -15,7 +16,9 @@ class FakeEngine:
     """Replies with a fixed list of token strings, one delta per token.
 
     Token ids are the positions in the script (offset by 1000) so tests can count them. When the
-    script is shorter than max_tokens the finish reason is "stop", else "length".
+    script is shorter than max_tokens the finish reason is "stop", else "length". Asked for
+    logprobs, the i-th token's is -(i + 1) / 10 and its k alternatives are "alt0".."alt{k-1}"
+    (no model: a shape to check, not a distribution).
     """
 
     def __init__(
@@ -31,6 +34,7 @@ class FakeEngine:
         self.fail_after = fail_after
         self.started = False
         self.requests = 0
+        self.specs: list[SamplingSpec] = []  # every request as it came
         self.aborted: list[str] = []
 
     async def start(self) -> None:
@@ -38,6 +42,7 @@ class FakeEngine:
 
     async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
         self.requests += 1
+        self.specs.append(spec)
         n = min(len(self.script), spec.max_tokens)
         finish = "length" if spec.max_tokens < len(self.script) else "stop"
         done = False
@@ -49,7 +54,12 @@ class FakeEngine:
                     await asyncio.sleep(self.delay_s)
                 last = i == n - 1
                 queued = self.queue_s if i == 0 else None
-                yield TokenDelta(self.script[i], [1000 + i], finish if last else None, queued)
+                lp = (
+                    None if spec.logprobs is None else [_scripted(self.script[i], i, spec.logprobs)]
+                )
+                yield TokenDelta(
+                    self.script[i], [1000 + i], finish if last else None, queued, None, lp
+                )
             done = True
         finally:
             if not done:
@@ -75,3 +85,8 @@ class FakeEngine:
 
     async def shutdown(self) -> None:
         self.started = False
+
+
+def _scripted(token: str, i: int, k: int) -> TokenLogprob:
+    alts = [TopLogprob(f"alt{j}", list(f"alt{j}".encode()), -(j + 1) / 10) for j in range(k)]
+    return TokenLogprob(token, list(token.encode()), -(i + 1) / 10, alts)

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from zerolayer.engines.base import SamplingSpec, TokenDelta
+from zerolayer.engines.grammar import Vocabulary
+from zerolayer.protocol import Constraint, TokenLogprob, TopLogprob
 
 __all__ = ["VLLMEngine"]
 
@@ -36,6 +38,7 @@ class VLLMEngine:
         self.gpu_memory_utilization = gpu_memory_utilization
         self.max_num_seqs = max_num_seqs
         self._llm: Any = None
+        self._vocab: Vocabulary | None = None
         self.requests = 0
         # the prefix cache's counts (tokens) since signals() last drained them
         self._prefix = {"queries": 0, "hits": 0}
@@ -49,6 +52,7 @@ class VLLMEngine:
         args = AsyncEngineArgs(**self.args())
         # only our own stat logger (vLLM's default ones print every few seconds)
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_prefix_logger(self._prefix)])
+        self._vocab = _vocabulary(self._llm.tokenizer, self._llm.model_config.get_vocab_size())
 
     def args(self) -> dict[str, Any]:
         """vLLM's engine arguments (AsyncEngineArgs) for this engine: zerolayer's, then the
@@ -85,6 +89,8 @@ class VLLMEngine:
             seed=spec.seed,
             stop=spec.stop or None,
             output_kind=RequestOutputKind.DELTA,
+            logprobs=spec.logprobs,
+            structured_outputs=_structured(spec.constraint),
         )
         prompt = {"prompt_token_ids": list(spec.prompt_token_ids)}
         # Closing this generator (client gone) closes vLLM's, which aborts the request.
@@ -97,8 +103,30 @@ class VLLMEngine:
                 first = cached is None
                 cached = int(getattr(out, "num_cached_tokens", None) or 0)
                 yield TokenDelta(
-                    comp.text, list(comp.token_ids), finish, cached_tokens=cached if first else None
+                    comp.text,
+                    list(comp.token_ids),
+                    finish,
+                    cached_tokens=cached if first else None,
+                    logprobs=self._logprobs(comp, spec.logprobs),
                 )
+
+    def _logprobs(self, comp: Any, top: int | None) -> list[TokenLogprob] | None:
+        """vLLM's per-token log-probabilities (raw: before temperature and masks, as vLLM's
+        default logprobs mode gives them) as the protocol's entries."""
+        if top is None or self._vocab is None:
+            return None
+        vocab = self._vocab
+        out = []
+        for tok, row in zip(comp.token_ids, comp.logprobs or [], strict=False):
+            if tok in vocab.ends:
+                continue
+            best = sorted(row.items(), key=lambda kv: kv[1].rank or 0)[:top] if top else []
+            alts = [
+                TopLogprob(vocab.text_of(t), list(vocab.bytes_of(t)), lp.logprob) for t, lp in best
+            ]
+            mine = row[tok].logprob if tok in row else float("-inf")
+            out.append(TokenLogprob(vocab.text_of(tok), list(vocab.bytes_of(tok)), mine, alts))
+        return out or None
 
     async def signals(self) -> dict[str, Any]:
         prefix = dict(self._prefix)
@@ -160,6 +188,28 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def _vocabulary(tokenizer: Any, vocab_size: int) -> Vocabulary:
+    """Token text and bytes for logprobs, from xgrammar's byte-level view of the vocabulary."""
+    import xgrammar
+
+    return Vocabulary(xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size))
+
+
+def _structured(c: Constraint | None) -> Any:
+    """vLLM's structured-outputs parameters for a constraint (None: free text)."""
+    if c is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if c.kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if c.kind == "json_schema":
+        return StructuredOutputsParams(json=c.spec, disable_any_whitespace=True)
+    if c.kind == "structural_tag":
+        return StructuredOutputsParams(structural_tag=c.spec)
+    return StructuredOutputsParams(regex=c.spec)
 
 
 def _prefix_logger(counts: dict[str, int]) -> Any:

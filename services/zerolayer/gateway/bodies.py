@@ -269,15 +269,37 @@ def parse(raw: bytes, content_type: str | None, model: type[M]) -> M:
         raise InvalidRequest(message, param=param) from exc
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "any"})
+
+
+def _union_member(part: Any) -> bool:
+    """Whether a part of pydantic's error location names which member of a union was tried
+    (`str`, `list[int]`, a model's class name), not a field of the client's body."""
+    if not isinstance(part, str):
+        return False
+    return "[" in part or part in _TYPE_TAGS or part[:1].isupper()
+
+
+def _path(loc: list[Any]) -> str:
+    """A location as the client's field path: `tools[0].function.name`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
 def validation_message(
     errors: list[dict[str, Any]], prefix: tuple[str, ...] = ()
 ) -> tuple[str, str | None]:
     """(message, param) of pydantic's validation errors: the first one, and how many more."""
     first = errors[0]
-    raw = [*prefix, *(str(p) for p in first.get("loc", ()))]
-    what = {"path": "path parameter", "query": "query parameter"}.get(raw[0] if raw else "")
+    raw = [*prefix, *(p for p in first.get("loc", ()) if not _union_member(p))]
+    what = {"path": "path parameter", "query": "query parameter"}.get(str(raw[0]) if raw else "")
     loc = raw[1:] if what or raw[:1] == ["body"] else raw
-    param = ".".join(loc) or None
+    param = _path(loc) or None
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     if what:
         return f"invalid {what} '{param}': {first.get('msg', 'invalid value')}{more}", param

@@ -36,6 +36,13 @@ SUPPORTED_PARAMETERS = [
     "stream",
     "stream_options",
     "user",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "structured_outputs",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
 ]
 
 

@@ -49,6 +49,7 @@ from zerolayer.gateway.parts import Backend
 from zerolayer.protocol import (
     ChunkOptions,
     Chunks,
+    Constraint,
     End,
     Failed,
     PromptInput,
@@ -72,8 +73,9 @@ ABANDONED_REPORT_S = 5.0  # how long a whole request whose client left waits for
 @dataclass(frozen=True)
 class Ask:
     """What an endpoint asks of a tier, in protocol terms: the model id, the request's id and
-    endpoint (its usage event says), the prompt, its sampling, whether it streams, and the
-    strategy for a prompt too long for the context."""
+    endpoint (its usage event says), the prompt, its sampling, whether it streams, the
+    strategy for a prompt too long for the context, the grammar its output keeps to and the
+    log-probabilities it wants (SamplingSpec's constraint and logprobs)."""
 
     model: str
     rid: str
@@ -86,6 +88,8 @@ class Ask:
     stop: tuple[str, ...] = ()
     stream: bool = False
     fit: Fit = field(default_factory=Refuse)
+    constraint: Constraint | None = None
+    logprobs: int | None = None
 
 
 class Pipeline:
@@ -195,6 +199,8 @@ class Pipeline:
             top_p=ask.top_p,
             seed=ask.seed,
             stop=list(ask.stop),
+            constraint=ask.constraint,
+            logprobs=ask.logprobs,
         )
         call.dest = self.route(target, len(fitted.ids))
         if not ask.stream:

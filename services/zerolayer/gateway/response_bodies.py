@@ -1,7 +1,7 @@
 """Request bodies of the Responses and Conversations APIs. As for chat completions: unknown
-fields are ignored, wrong types are 400s, and what the tiers cannot do (tools, images, structured
-output, log probabilities, reasoning settings, background runs) is refused by name, never
-dropped. Items are checked by zerolayer.conversations.items."""
+fields are ignored, wrong types are 400s, and what the tiers cannot do (tools, images, reasoning
+settings, background runs) is refused by name, never dropped. Items are checked by
+zerolayer.conversations.items."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from zerolayer.gateway.schemas import MAX_ID_CHARS
+from zerolayer.gateway.schemas import (
+    MAX_ID_CHARS,
+    FunctionDefinition,
+    FunctionName,
+    JSONSchemaFormat,
+    ResponseFormat,
+    TopLogprobs,
+)
 
 __all__ = [
     "Metadata",
@@ -49,13 +56,81 @@ class _ConversationRef(_Body):
     id: str = Field(min_length=1, description="The conversation's id")
 
 
-class _TextFormat(_Body):
-    type: Literal["text"] = Field(description="Only plain text output is served")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+class _TextFormat(JSONSchemaFormat):
+    """text.format: as chat's response_format, with the schema's fields beside the type."""
+
+    type: Literal["text", "json_object", "json_schema"] = Field(description="The output's form")
+    name: str | None = Field(  # type: ignore[assignment]
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="The schema's name (with type json_schema)",
+    )
+
+    def response_format(self) -> ResponseFormat:
+        """The same format in chat's shape."""
+        if self.type != "json_schema":
+            return ResponseFormat(type=self.type)
+        if self.name is None:
+            raise ValueError("text.format of type 'json_schema' needs a name")
+        spec = JSONSchemaFormat.model_validate(
+            {"name": self.name, "schema": self.schema_, "strict": self.strict}
+        )
+        return ResponseFormat(type="json_schema", json_schema=spec)
+
+    def shown(self) -> dict[str, Any]:
+        """The format as the response object repeats it."""
+        if self.type != "json_schema":
+            return {"type": self.type}
+        return {
+            "type": "json_schema",
+            "name": self.name,
+            "description": self.description,
+            "schema": self.schema_,
+            "strict": self.strict,
+        }
+
+
+class _FunctionType(_Body):
+    type: Literal["function"] = Field(description="Only function tools are served")
+
+
+class ResponseTool(FunctionDefinition, _FunctionType):
+    """A function the model may call (the Responses API's flat shape: the function's fields
+    beside its type, which is read first)."""
+
+    def shown(self) -> dict[str, Any]:
+        """The tool as the response object repeats it."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "strict": self.strict,
+        }
+
+
+class NamedFunction(_Body):
+    """tool_choice: call this function."""
+
+    type: Literal["function"] = Field(description="A function")
+    name: FunctionName = Field(description="Which one")
 
 
 class _Text(_Body):
     format: _TextFormat | None = Field(default=None, description="The output format")
     verbosity: Any = Field(default=None, description="Accepted and ignored")
+
+    @field_validator("format")
+    @classmethod
+    def _whole(cls, v: _TextFormat | None) -> _TextFormat | None:
+        if v is not None:
+            v.response_format()  # a json_schema without its name is refused here
+        return v
 
 
 class CreateResponseRequest(_Body):
@@ -92,11 +167,25 @@ class CreateResponseRequest(_Body):
     top_p: float = Field(default=1.0, gt=0, le=1, strict=True, description="Nucleus sampling mass")
     metadata: Metadata = Field(default=None, description="Up to 16 string pairs, kept with it")
     stream: bool = Field(default=False, strict=True, description="Reply as server-sent events")
-    tools: list[Any] | None = Field(default=None, description="Not served: only empty")
-    tool_choice: Any = Field(default=None, description="Only 'none' or 'auto' (no tools)")
-    text: _Text | None = Field(default=None, description="Only {'format': {'type': 'text'}}")
-    include: list[str] | None = Field(default=None, description="Not served: only empty")
-    top_logprobs: int | None = Field(default=None, description="Not served: only 0")
+    tools: list[ResponseTool] | None = Field(
+        default=None, max_length=128, description="Functions the model may call"
+    )
+    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = Field(
+        default=None,
+        description="none, auto (default with tools), required, or a named function",
+    )
+    parallel_tool_calls: bool = Field(
+        default=True, strict=True, description="Whether the model may make several calls at once"
+    )
+    text: _Text | None = Field(
+        default=None, description="The output's format: text, any JSON object, or a JSON schema"
+    )
+    include: list[str] | None = Field(
+        default=None, description=f"Only {LOGPROBS_INCLUDE!r}: the output's log-probabilities"
+    )
+    top_logprobs: TopLogprobs | None = Field(
+        default=None, description="The most likely tokens at each output position (0-20)"
+    )
     reasoning: dict[str, Any] | None = Field(default=None, description="Not served: no settings")
     background: bool | None = Field(default=None, description="Not served: only false")
     user: str | None = Field(
@@ -109,33 +198,31 @@ class CreateResponseRequest(_Body):
         default=None, max_length=MAX_ID_CHARS, description="Echoed back"
     )
 
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, v: list[Any] | None) -> list[Any] | None:
-        if v:
-            raise ValueError("tools are not served by zerolayer's tiers")
-        return v
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _no_tool_choice(cls, v: Any) -> Any:
-        if v not in (None, "none", "auto"):
-            raise ValueError("tools are not served: tool_choice may only be 'none' or 'auto'")
-        return v
-
     @field_validator("include")
     @classmethod
-    def _no_include(cls, v: list[str] | None) -> list[str] | None:
-        if v:
-            raise ValueError(f"{v[0]!r} is not served by zerolayer's tiers (text only)")
+    def _only_logprobs(cls, v: list[str] | None) -> list[str] | None:
+        for what in v or []:
+            if what != LOGPROBS_INCLUDE:
+                raise ValueError(f"{what!r} is not served by zerolayer's tiers (text only)")
         return v
 
-    @field_validator("top_logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: int | None) -> int | None:
-        if v not in (None, 0):
-            raise ValueError("log probabilities are not served by zerolayer's tiers")
-        return v
+    def logprobs_k(self) -> int | None:
+        """None: no logprobs; k: each output token's and its k most likely alternatives'
+        (asked for by include or by top_logprobs above 0)."""
+        if LOGPROBS_INCLUDE in (self.include or []) or self.top_logprobs:
+            return self.top_logprobs or 0
+        return None
+
+    def choice_shown(self) -> Any:
+        """tool_choice as the response object repeats it."""
+        c = self.tool_choice
+        if c is None:
+            return "auto"
+        return c if isinstance(c, str) else {"type": "function", "name": c.name}
+
+    def format(self) -> _TextFormat | None:
+        """The output's format, when one is given."""
+        return self.text.format if self.text is not None else None
 
     @field_validator("reasoning")
     @classmethod

@@ -30,6 +30,7 @@ from zerolayer.conversations import (
     NotFound,
     Quota,
     QuotaExceeded,
+    check_outputs,
     input_items,
     messages_of,
     new_id,
@@ -48,8 +49,15 @@ from zerolayer.gateway.limits import retried
 from zerolayer.gateway.meter import Call, status_of
 from zerolayer.gateway.pipeline import Answered, Ask, Opened, Pipeline
 from zerolayer.gateway.response_bodies import CreateResponseRequest
-from zerolayer.gateway.response_objects import ResponseShape, outcome, response_usage
-from zerolayer.protocol import Delta, End, Failed, PromptInput
+from zerolayer.gateway.response_objects import (
+    ResponseShape,
+    outcome,
+    response_usage,
+    without_logprobs,
+)
+from zerolayer.gateway.structured import instruction, json_constraint
+from zerolayer.gateway.tools import chosen, functions_of, tool_constraint, tool_prompt
+from zerolayer.protocol import Constraint, Delta, End, Failed, PromptInput
 from zerolayer.store.keys import ApiKeyRecord
 
 __all__ = ["Responder"]
@@ -162,6 +170,7 @@ class Responder:
                 raise InvalidRequest(
                     "input is missing: give a text or a list of items", param="input"
                 )
+            check_outputs(turn.history, turn.new, "input")
         except BaseException:
             self._release(turn)
             raise
@@ -258,6 +267,9 @@ class Responder:
         """The request through the pipeline's remaining steps, its history truncated as the
         body says (the caller settles it if this raises)."""
         head = [{"role": "system", "content": body.instructions}] if body.instructions else []
+        constraint, told = _constraint(body)
+        if told is not None:
+            head.append({"role": "system", "content": told})
         ask = Ask(
             body.model,
             turn.rid,
@@ -268,17 +280,22 @@ class Responder:
             top_p=body.top_p,
             stream=bool(body.stream),
             fit=Truncate(keep=len(head), auto=body.truncation == "auto", counts=self.counts),
+            constraint=constraint,
+            logprobs=body.logprobs_k(),
         )
         answer = await self.pipeline.run(call, ask)
-        shape = ResponseShape(turn.rid, str(call.target), body, turn.conversation, new_id("msg"))
+        tools = constraint is not None and constraint.kind == "structural_tag"
+        shape = ResponseShape(
+            turn.rid, str(call.target), body, turn.conversation, new_id("msg"), tools
+        )
         headers = self.pipeline.meter.headers(call)
         if isinstance(answer, Answered):
             end = answer.end
             status, incomplete = outcome(end.finish_reason)
-            item = shape.output(end.text, status)
+            items = shape.outputs(end.text, status, end.logprobs)
             usage = response_usage(end.prompt_tokens, end.completion_tokens)
-            obj = shape.resource(status, [item], usage, incomplete=incomplete)
-            await self._keep(turn, obj, item, finished=True)
+            obj = shape.resource(status, items, usage, incomplete=incomplete)
+            await self._keep(turn, obj, items, finished=True)
             return JSONResponse(obj, headers=headers)
         opened = answer
 
@@ -296,7 +313,7 @@ class Responder:
         )
 
     async def _keep(
-        self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any], finished: bool
+        self, turn: _Turn, obj: dict[str, Any], items: list[dict[str, Any]], finished: bool
     ) -> None:
         """Store a response (and, when the model finished it, add its input and output to its
         conversation, in one write that also frees the conversation). Raises RedisError when
@@ -307,7 +324,10 @@ class Responder:
         try:
             if turn.conversation is not None and finished:
                 await self.store.add_items(
-                    turn.tenant, turn.conversation, turn.new + [item], lock=turn.rid
+                    turn.tenant,
+                    turn.conversation,
+                    turn.new + [without_logprobs(item) for item in items],
+                    lock=turn.rid,
                 )
                 added = True  # the same write released the conversation
             if obj["store"]:
@@ -336,7 +356,6 @@ class Responder:
         before its last event (finished, failed) or, when the client left, after (in the
         background, with what was delivered)."""
         prompt = o.first.prompt_tokens
-        text: list[str] = []
         completion = 0
         ended: End | None = None
         error: APIError | None = None
@@ -350,9 +369,9 @@ class Responder:
                         if not started:
                             started = True
                             o.on_token()
-                        if ev.text:
-                            text.append(ev.text)
-                            yield shape.delta(ev.text)
+                        if ev.text or ev.logprobs:
+                            for frame in shape.piece(ev.text, ev.logprobs):
+                                yield frame
                         completion += ev.tokens  # billed once its frame was handed on
                     elif isinstance(ev, End):
                         completion, ended = ev.completion_tokens, ev
@@ -369,19 +388,19 @@ class Responder:
             usage = response_usage(prompt, completion)
             if ended is not None:
                 status, incomplete = outcome(ended.finish_reason)
-                item = shape.output("".join(text), status)
-                obj = shape.resource(status, [item], usage, incomplete=incomplete)
+                closing = shape.ending(status)
+                obj = shape.resource(status, shape.items, usage, incomplete=incomplete)
             else:
-                item = shape.output("".join(text), "incomplete")
+                closing = shape.ending("incomplete")
                 err = {
                     "code": (error.code if error else None) or "server_error",
                     "message": error.message if error else "failed",
                 }
-                obj = shape.resource("failed", [item], usage, error=err)
-            for frame in shape.closing(item):
+                obj = shape.resource("failed", shape.items, usage, error=err)
+            for frame in closing:
                 yield frame
             try:
-                await self._keep(turn, obj, item, finished=ended is not None)
+                await self._keep(turn, obj, shape.items, finished=ended is not None)
             except (RedisError, ConversationBusy, ObjectNotFound) as exc:
                 # status 200 is sent: the response could not be kept, so it fails in-band
                 code = exc.code if isinstance(exc, APIError) else "store_unavailable"
@@ -390,19 +409,44 @@ class Responder:
         finally:
             if not turn.done:  # the client left: keep what was delivered, in the background
                 o.on_end(prompt, completion, ended)
-                item = shape.output("".join(text), "incomplete")
+                items = shape.so_far("incomplete")
                 obj = shape.resource(
                     "incomplete",
-                    [item],
+                    items,
                     response_usage(prompt, completion),
                     incomplete={"reason": "client_disconnected"},
                 )
                 turn.done = True
-                self.pipeline.meter.later(self._keep_late(turn, obj, item))
+                self.pipeline.meter.later(self._keep_late(turn, obj, items))
             await o.events.aclose()
 
-    async def _keep_late(self, turn: _Turn, obj: dict[str, Any], item: dict[str, Any]) -> None:
+    async def _keep_late(
+        self, turn: _Turn, obj: dict[str, Any], items: list[dict[str, Any]]
+    ) -> None:
         try:
-            await self._keep(turn, obj, item, finished=False)
+            await self._keep(turn, obj, items, finished=False)
         except (RedisError, APIError) as exc:
             log.warning("response %s not kept: %s", turn.rid, type(exc).__name__)
+
+
+def _constraint(body: CreateResponseRequest) -> tuple[Constraint | None, str | None]:
+    """The grammar a response's answer keeps to and the system turn that tells the model of
+    it: its tools as tool_choice says (zerolayer.gateway.tools), or its text.format's JSON."""
+    defs = [(t.name, t.description, t.parameters) for t in body.tools or []]
+    functions = functions_of(defs, "tools[{i}].{field}")
+    choice = chosen(body.tool_choice, functions, "tool_choice")
+    form = body.format()
+    constraint = None
+    if form is not None:
+        constraint = json_constraint(form.response_format(), "text.format.schema")
+    if choice == "none":
+        return constraint, instruction(constraint)
+    if constraint is not None:
+        raise InvalidRequest(
+            "text.format JSON and tools are not served together: give tool_choice 'none' or "
+            "drop one of them",
+            param="text.format",
+        )
+    return tool_constraint(functions, choice, body.parallel_tool_calls), tool_prompt(
+        functions, choice
+    )

@@ -1,16 +1,17 @@
 """OpenAI request bodies the gateway accepts. Unknown fields are ignored, as OpenAI's API does
 for fields it does not know of newer clients; wrong types and out-of-range values are 400s.
 Numbers and booleans are strict: "2" or true is not a token count. Fields the tiers cannot honour
-(logprobs) are refused, not silently dropped."""
+are refused, not silently dropped."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "StreamOptions",
+    "ResponseFormat",
     "ChatMessage",
     "ChatCompletionRequest",
     "CompletionRequest",
@@ -43,14 +44,67 @@ class _TextPart(_Body):
     text: str = Field(description="The text")
 
 
+FunctionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+class _CalledFunction(_Body):
+    name: FunctionName = Field(description="The function called")
+    arguments: str = Field(description="Its arguments, JSON text")
+
+
+class ChatToolCall(_Body):
+    """A call an assistant turn made."""
+
+    id: str = Field(min_length=1, max_length=128, description="The call's id")
+    type: Literal["function"] = Field(description="Only function calls")
+    function: _CalledFunction = Field(description="The function and its arguments")
+
+
+class FunctionDefinition(_Body):
+    """A function the model may call."""
+
+    name: FunctionName = Field(description="Letters, digits, _ and -, at most 64")
+    description: str | None = Field(default=None, description="What it does, for the model")
+    parameters: dict[str, Any] | None = Field(
+        default=None, description="A JSON schema of its arguments (default: no arguments)"
+    )
+    strict: bool | None = Field(
+        default=None, strict=True, description="Always enforced: calls follow the schema"
+    )
+
+
+class ChatTool(_Body):
+    """One tool of a chat request."""
+
+    type: Literal["function"] = Field(description="Only function tools are served")
+    function: FunctionDefinition = Field(description="The function")
+
+
+class _NamedFunction(_Body):
+    name: FunctionName = Field(description="The function to call")
+
+
+class NamedToolChoice(_Body):
+    """Call this function."""
+
+    type: Literal["function"] = Field(description="A function")
+    function: _NamedFunction = Field(description="Which one")
+
+
 class ChatMessage(_Body):
     """One chat turn."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(
         description="Who spoke"
     )
-    content: str | list[_TextPart] | None = Field(description="Text, or a list of text parts")
+    content: str | list[_TextPart] | None = Field(
+        default=None, description="Text, or a list of text parts"
+    )
     name: str | None = Field(default=None, description="Optional speaker name")
+    tool_calls: list[ChatToolCall] | None = Field(
+        default=None, description="The calls an assistant turn made"
+    )
+    tool_call_id: str | None = Field(default=None, description="The call a tool turn answers")
 
     def text(self) -> str:
         """The content as one string."""
@@ -62,7 +116,46 @@ class ChatMessage(_Body):
 
 
 MaxTokens = Annotated[int, Field(ge=1, le=1_000_000, strict=True)]
-_UNSERVED = (None, False, 0)
+TopLogprobs = Annotated[int, Field(ge=0, le=20, strict=True)]
+
+
+class JSONSchemaFormat(_Body):
+    """The schema a structured answer follows."""
+
+    name: str = Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="The schema's name"
+    )
+    description: str | None = Field(default=None, description="What the answer is for")
+    schema_: dict[str, Any] | None = Field(
+        default=None, alias="schema", description="A JSON schema (default: any object)"
+    )
+    strict: bool | None = Field(
+        default=None,
+        strict=True,
+        description="Always enforced: answers are decoded under the schema's grammar",
+    )
+
+
+class ResponseFormat(_Body):
+    """The form of the answer: free text, any JSON object, or JSON following a schema."""
+
+    type: Literal["text", "json_object", "json_schema"] = Field(description="The answer's form")
+    json_schema: JSONSchemaFormat | None = Field(
+        default=None, description="The schema (with type json_schema)"
+    )
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_given(cls, v: JSONSchemaFormat | None, info: Any) -> JSONSchemaFormat | None:
+        if v is not None and info.data.get("type") != "json_schema":
+            raise ValueError("json_schema is only read with type 'json_schema'")
+        return v
+
+    @model_validator(mode="after")
+    def _schema_needed(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a json_schema")
+        return self
 
 
 class _Sampling(_Body):
@@ -82,21 +175,12 @@ class _Sampling(_Body):
         strict=True,
         description="Sampling seed (a signed 64-bit integer)",
     )
-    logprobs: Any = Field(default=None, description="Not served: only null, false or 0")
-    top_logprobs: Any = Field(default=None, description="Not served: only null or 0")
     stop: str | list[str] | None = Field(default=None, description="Up to 4 stop strings")
     stream: bool = Field(default=False, strict=True, description="Reply as server-sent events")
     stream_options: StreamOptions | None = Field(default=None, description="Streaming options")
     user: str | None = Field(
         default=None, max_length=MAX_ID_CHARS, description="End-user id, for the customer's records"
     )
-
-    @field_validator("logprobs", "top_logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: Any) -> Any:
-        if v not in _UNSERVED or isinstance(v, float):
-            raise ValueError("log probabilities are not served by zerolayer's tiers")
-        return v
 
     @field_validator("stop")
     @classmethod
@@ -137,6 +221,36 @@ class ChatCompletionRequest(_Sampling):
         description="A prompt over the tier's context: 'error' (400 stating both numbers) or "
         "'summarize' (the longest message is summarised chunk by chunk, then as a whole)",
     )
+    logprobs: bool | None = Field(
+        default=None, strict=True, description="Return each output token's log-probability"
+    )
+    top_logprobs: TopLogprobs | None = Field(
+        default=None, description="With logprobs: the most likely tokens at each position (0-20)"
+    )
+    response_format: ResponseFormat | None = Field(
+        default=None, description="Free text, any JSON object, or JSON following a schema"
+    )
+    tools: list[ChatTool] | None = Field(
+        default=None, max_length=128, description="Functions the model may call"
+    )
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        default=None,
+        description="none, auto (default with tools), required, or a named function",
+    )
+    parallel_tool_calls: bool = Field(
+        default=True, strict=True, description="Whether the model may make several calls at once"
+    )
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, v: int | None, info: Any) -> int | None:
+        if v is not None and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs set to true")
+        return v
+
+    def logprobs_k(self) -> int | None:
+        """None: no logprobs; k: each token's and its k most likely alternatives'."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def sampling(self) -> dict[str, Any]:
         out = super().sampling()
@@ -151,6 +265,14 @@ class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] = Field(
         description="Text, token ids, or one text in a list"
     )
+    logprobs: TopLogprobs | None = Field(
+        default=None,
+        description="Each output token's log-probability and this many most likely (0-20)",
+    )
+
+    def logprobs_k(self) -> int | None:
+        """None: no logprobs; k: each token's and its k most likely alternatives'."""
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod

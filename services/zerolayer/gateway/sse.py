@@ -10,7 +10,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from zerolayer.errors import EngineError
-from zerolayer.protocol import Delta, End, Failed, ReplicaEvent, Start
+from zerolayer.protocol import Delta, End, Failed, ReplicaEvent, Start, TokenLogprob
+from zerolayer.toolcalls import CallStream, split_calls
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +31,57 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-class Shape:
-    """How one endpoint's objects look (chat vs text completion)."""
+def chat_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """OpenAI's per-token log-probability objects (chat and Responses)."""
+    return [
+        {
+            "token": e.token,
+            "logprob": e.logprob,
+            "bytes": e.bytes,
+            "top_logprobs": [
+                {"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in e.top
+            ],
+        }
+        for e in entries
+    ]
 
-    def __init__(self, chat: bool, rid: str, model: str):
+
+class Shape:
+    """How one endpoint's objects look (chat vs text completion); `logprobs`: whether the
+    request asked for them (None: no) and how many alternatives."""
+
+    def __init__(
+        self, chat: bool, rid: str, model: str, logprobs: int | None = None, tools: bool = False
+    ):
         self.chat = chat
         self.rid = rid
         self.model = model
         self.created = int(time.time())
+        self.logprobs = logprobs
+        self.tools = tools  # the answer may hold tool calls (zerolayer.gateway.tools)
+        self.calls = CallStream() if tools else None
+        self._offset = 0  # characters of text the legacy logprobs' offsets have covered
+
+    def _logprobs(self, entries: list[TokenLogprob] | None) -> dict[str, Any] | None:
+        """A choice's `logprobs`: None unless asked for; chat's content list, or the legacy
+        completion's four parallel lists."""
+        if self.logprobs is None:
+            return None
+        got = entries or []
+        if self.chat:
+            return {"content": chat_logprobs(got), "refusal": None}
+        offsets = []
+        for e in got:
+            offsets.append(self._offset)
+            self._offset += len(e.token)
+        return {
+            "tokens": [e.token for e in got],
+            "token_logprobs": [e.logprob for e in got],
+            "top_logprobs": [{t.token: t.logprob for t in e.top} for e in got]
+            if self.logprobs
+            else None,
+            "text_offset": offsets,
+        }
 
     def _frame(self, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return {
@@ -49,32 +93,86 @@ class Shape:
             **extra,
         }
 
-    def final(self, text: str, finish: str, usage: dict[str, int]) -> dict[str, Any]:
+    def final(
+        self,
+        text: str,
+        finish: str,
+        usage: dict[str, int],
+        logprobs: list[TokenLogprob] | None = None,
+    ) -> dict[str, Any]:
+        lp = self._logprobs(logprobs)
         if self.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            if self.tools:
+                content, calls = split_calls(text)
+                message["content"] = content
+                if calls:
+                    message["tool_calls"] = [c.chat() for c in calls]
+                    finish = "tool_calls" if finish == "stop" else finish
+            choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
             return self._frame("chat.completion", [choice], usage=usage)
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
         return self._frame("text_completion", [choice], usage=usage)
 
-    def chunk(self, text: str | None, finish: str | None, usage: bool) -> dict[str, Any]:
+    def chunk(
+        self,
+        text: str | None,
+        finish: str | None,
+        usage: bool,
+        logprobs: list[TokenLogprob] | None = None,
+    ) -> dict[str, Any]:
+        lp = None if finish is not None or (text is None and self.chat) else logprobs
+        shown = self._logprobs(lp) if lp is not None else None
         if self.chat:
             delta: dict[str, Any] = {}
             if text is None and finish is None:
                 delta = {"role": "assistant", "content": ""}
             elif text is not None:
                 delta = {"content": text}
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "delta": delta, "logprobs": shown, "finish_reason": finish}
             obj = "chat.completion.chunk"
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": text or "", "logprobs": shown, "finish_reason": finish}
             obj = "text_completion"
         extra = {"usage": None} if usage else {}
         return self._frame(obj, [choice], **extra)
+
+    def pieces(
+        self, text: str, usage: bool, logprobs: list[TokenLogprob] | None, final: bool = False
+    ) -> list[dict[str, Any]]:
+        """The chunks of a piece of streamed text: as it is, or, with tools, its text and its
+        tool calls' deltas as they become known (the logprobs ride on the first chunk, or on
+        one of their own when the text is held back)."""
+        if self.calls is None:
+            return [self.chunk(text, None, usage, logprobs)] if text or logprobs else []
+        out = []
+        for ev in self.calls.feed(text, final):
+            if ev[0] == "text":
+                out.append(self.chunk(ev[1], None, usage, logprobs))
+            else:
+                if ev[0] == "call":
+                    call = ev[2]
+                    entry = {**call.chat(ev[1]), "function": {"name": call.name, "arguments": ""}}
+                else:
+                    entry = {"index": ev[1], "function": {"arguments": ev[2]}}
+                out.append(self._delta({"tool_calls": [entry]}, usage, logprobs))
+            logprobs = None
+        if logprobs:
+            out.append(self._delta({}, usage, logprobs))
+        return out
+
+    def _delta(
+        self, delta: dict[str, Any], usage: bool, logprobs: list[TokenLogprob] | None
+    ) -> dict[str, Any]:
+        shown = self._logprobs(logprobs) if logprobs is not None else None
+        choice = {"index": 0, "delta": delta, "logprobs": shown, "finish_reason": None}
+        return self._frame("chat.completion.chunk", [choice], **({"usage": None} if usage else {}))
+
+    def finish(self, finish: str) -> str:
+        """The finish reason of a streamed answer (tool_calls when it made calls)."""
+        if self.calls is not None and self.calls.calls and finish == "stop":
+            return "tool_calls"
+        return finish
 
     def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
@@ -109,12 +207,14 @@ async def sse_stream(
                     if not started:
                         started = True
                         on_token()
-                    if ev.text:  # an end-of-sequence token carries no text: nothing to send
-                        yield sse(shape.chunk(ev.text, None, include_usage))
+                    for frame in shape.pieces(ev.text, include_usage, ev.logprobs):
+                        yield sse(frame)
                     completion += ev.tokens
                 elif isinstance(ev, End):
                     completion, ended = ev.completion_tokens, ev
-                    finish = ev.finish_reason
+                    for frame in shape.pieces("", include_usage, None, final=True):
+                        yield sse(frame)
+                    finish = shape.finish(ev.finish_reason)
                     yield sse(shape.chunk(None if shape.chat else "", finish, include_usage))
                     if include_usage:
                         yield sse(shape.usage_chunk(report(prompt_tokens, completion)))

@@ -11,7 +11,15 @@ from typing import Any
 
 from zerolayer.engines.base import Engine
 from zerolayer.errors import ContextLengthExceeded, EngineError, InvalidRequest
-from zerolayer.protocol import Delta, End, Failed, ReplicaEvent, SamplingSpec, Start
+from zerolayer.protocol import (
+    Delta,
+    End,
+    Failed,
+    ReplicaEvent,
+    SamplingSpec,
+    Start,
+    TokenLogprob,
+)
 from zerolayer.tokenfix.prompt import check_token_ids
 
 __all__ = ["TierReplica"]
@@ -88,7 +96,10 @@ class TierReplica:
                 completion += len(delta.token_ids)
                 finish = delta.finish_reason or finish
                 if delta.text or delta.token_ids:
-                    yield Delta(delta.text, len(delta.token_ids))
+                    yield Delta(delta.text, len(delta.token_ids), delta.logprobs)
+        except InvalidRequest as exc:  # the engine refused what it was asked (a grammar)
+            yield Failed.of(exc, prompt_tokens, completion)
+            return
         except Exception as exc:  # the engine broke mid-request: report, with what was delivered
             log.exception("engine failed on %s", spec.request_id)
             err = EngineError(f"the engine failed while generating: {type(exc).__name__}")
@@ -106,6 +117,7 @@ class TierReplica:
         """The whole result of one request as a single event: End with the text, or Failed.
         Cancelled (its caller left), the engine stops and on_abandoned is told what ran."""
         parts: list[str] = []
+        logprobs: list[TokenLogprob] | None = None if spec.logprobs is None else []
         prompt = completion = 0
         try:
             async for ev in self.stream(spec):
@@ -114,8 +126,10 @@ class TierReplica:
                 elif isinstance(ev, Delta):
                     parts.append(ev.text)
                     completion += ev.tokens
+                    if logprobs is not None and ev.logprobs:
+                        logprobs.extend(ev.logprobs)
                 elif isinstance(ev, End | Failed):
-                    return self._whole(ev, parts)
+                    return self._whole(ev, parts, logprobs)
         except asyncio.CancelledError:
             if self.on_abandoned is not None:
                 self.on_abandoned(spec.request_id, prompt, completion)
@@ -123,8 +137,10 @@ class TierReplica:
         raise EngineError("the engine ended a request without a finish")
 
     @staticmethod
-    def _whole(ev: End | Failed, parts: list[str]) -> End | Failed:
-        """A whole request's last event, with the text of its deltas."""
+    def _whole(
+        ev: End | Failed, parts: list[str], logprobs: list[TokenLogprob] | None
+    ) -> End | Failed:
+        """A whole request's last event, with the text (and logprobs) of its deltas."""
         if isinstance(ev, Failed):
             return ev
         return End(
@@ -136,6 +152,7 @@ class TierReplica:
             ev.ttft_s,
             ev.tpot_s,
             ev.cached_tokens,
+            logprobs,
         )
 
     async def check_health(self) -> None:

@@ -25,6 +25,14 @@ from typing import Any
 import torch
 
 from zerolayer.engines.base import SamplingSpec, TokenDelta
+from zerolayer.engines.grammar import (
+    Grammars,
+    Guide,
+    apply_masks,
+    bitmask,
+    entries,
+    token_logprobs,
+)
 from zerolayer.engines.torch_engine.cache import SlotCache
 from zerolayer.engines.torch_engine.kernels import Compiler
 from zerolayer.engines.torch_engine.model import load_llama
@@ -54,6 +62,7 @@ class _Request:
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue
     generator: torch.Generator | None = None
+    guide: Guide | None = None  # the request's grammar state (constrained decoding)
     output: list[int] = field(default_factory=list)
     sent_text: str = ""  # all text decoded so far
     emitted: int = 0  # characters of it sent (the rest may be the start of a stop string)
@@ -115,6 +124,8 @@ class TorchEngine:
         self.model: Any = None
         self.tokenizer: Any = None
         self.eos: set[int] = set()
+        self.grammars: Grammars | None = None
+        self._masks: torch.Tensor | None = None  # the batch's grammar bitmask, reused
         self._inbox: queue.Queue[_Request | _Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -183,6 +194,7 @@ class TorchEngine:
         tok_dir = self.artifact_dir if self.artifact == "pruned" else self.model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
         self.eos = _eos_ids(Path(str(tok_dir)), self.tokenizer)
+        self.grammars = Grammars(self.tokenizer, self.model.shape.vocab, self.eos)
         self._probe = Probe(self.live_thresholds, self.model.shape.layers)
 
     async def shutdown(self) -> None:
@@ -267,6 +279,9 @@ class TorchEngine:
         if self._thread is None:
             raise RuntimeError("engine not started")
         req = _Request(spec, asyncio.get_running_loop(), asyncio.Queue())
+        if spec.constraint is not None:
+            assert self.grammars is not None
+            req.guide = self.grammars.guide(spec.constraint)
         if spec.temperature >= _GREEDY_BELOW:
             req.generator = torch.Generator()
             req.generator.manual_seed(
@@ -400,7 +415,7 @@ class TorchEngine:
             self.counters["prefills"] += 1
             req.position = n
             running.append(req)
-            self._emit(req, int(self._sample(req, logits)))
+            self._emit(req, *self._choose(req, logits))
             budget -= n
 
     def _decode(self, running: list[_Request], cache: Any) -> None:
@@ -411,11 +426,28 @@ class TorchEngine:
         self._keep("decode", probe)
         self.counters["steps"] += 1
         self.counters["max_batch"] = max(self.counters["max_batch"], len(running))
+        # log-probabilities of the model's own distribution (before any mask), for the rows
+        # that asked; then each constrained row masked to its grammar, all in one pass
+        want = [j for j, r in enumerate(running) if r.spec.logprobs is not None]
+        logp = torch.log_softmax(logits[want].float(), -1) if want else None
+        guided = [j for j, r in enumerate(running) if r.guide is not None]
+        if guided:
+            logits = logits.float()
+            if self._masks is None or self._masks.shape[0] < len(running):
+                self._masks = bitmask(self.max_num_seqs, self.model.shape.vocab)
+            for j in guided:
+                running[j].guide.fill(self._masks, j)  # type: ignore[union-attr]
+            apply_masks(logits, self._masks, guided)
         greedy = logits.argmax(-1).tolist()
+        rows = {j: n for n, j in enumerate(want)}
         for j, req in enumerate(running):
             req.position += 1
-            tok = greedy[j] if req.generator is None else self._sample(req, logits[j])
-            self._emit(req, int(tok))
+            tok = int(greedy[j] if req.generator is None else self._sample(req, logits[j]))
+            lp = None
+            if logp is not None and j in rows:
+                assert self.grammars is not None and req.spec.logprobs is not None
+                lp = entries(self.grammars.vocab, logp[rows[j]][None], [tok], req.spec.logprobs)
+            self._emit(req, tok, lp)
 
     def _drop(self, running: list[_Request], cache: Any) -> list[_Request]:
         """Remove finished and cancelled sequences, moving the last slot into each hole."""
@@ -431,6 +463,20 @@ class TorchEngine:
             j += 1
         return out
 
+    def _choose(self, req: _Request, logits: torch.Tensor) -> tuple[int, Any]:
+        """The next token of one sequence from its logits (one row): masked by its grammar,
+        sampled or greedy; with its log-probabilities when the request asked for them (of the
+        model's own distribution: before the mask and the temperature)."""
+        raw = logits
+        if req.guide is not None:
+            logits = req.guide.mask(logits.float().cpu().clone())
+        token = self._sample(req, logits)
+        lp = None
+        if req.spec.logprobs is not None:
+            assert self.grammars is not None
+            lp = token_logprobs(self.grammars.vocab, raw, [token], req.spec.logprobs)
+        return token, lp
+
     def _sample(self, req: _Request, logits: torch.Tensor) -> int:
         s = req.spec
         if req.generator is None:
@@ -443,14 +489,14 @@ class TorchEngine:
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
         return int(torch.multinomial(probs.cpu(), 1, generator=req.generator))
 
-    def _emit(self, req: _Request, token: int) -> None:
+    def _emit(self, req: _Request, token: int, logprobs: Any = None) -> None:
         if req.cancelled:
             req.finished = True
             return
         req.output.append(token)
         self.counters["generated"] += 1
         finish = None
-        if token in self.eos:
+        if token in self.eos or (req.guide is not None and req.guide.advance(token)):
             finish = "stop"
         elif len(req.output) >= req.spec.max_tokens or req.position + 1 >= self.max_model_len:
             finish = "length"
@@ -467,7 +513,7 @@ class TorchEngine:
         if finish is not None:
             req.finished = True
         first = len(req.output) == 1
-        req.send(TokenDelta(new, [token], finish, req.queue_s if first else None))
+        req.send(TokenDelta(new, [token], finish, req.queue_s if first else None, None, logprobs))
 
 
 def _settle(job: _Job, result: Any, exc: BaseException | None) -> None:

@@ -19,6 +19,7 @@ from zerolayer.gateway.pipeline import Answered, Ask, Opened
 from zerolayer.gateway.replies import ChatCompletion, TextCompletion, streamed_reply
 from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from zerolayer.gateway.sse import Shape, sse_stream
+from zerolayer.gateway.tools import chat_turns
 from zerolayer.protocol import PromptInput
 
 __all__ = ["router", "ask_of", "http_answer"]
@@ -27,16 +28,24 @@ router = APIRouter(prefix="/v1", route_class=BodyRoute)
 
 
 def http_answer(
-    answer: Answered | Opened, chat: bool, headers: dict[str, str], include_usage: bool
+    answer: Answered | Opened,
+    chat: bool,
+    headers: dict[str, str],
+    include_usage: bool,
+    logprobs: int | None = None,
+    tools: bool = False,
 ) -> Response:
     """OpenAI's answer of a completion: the JSON object of a whole one, or the event stream of
-    an opened one, named after the tier that answered."""
+    an opened one, named after the tier that answered (with `tools`, its calls split out)."""
     call = answer.call
-    shape = Shape(chat, call.reservation.request_id, str(call.target))
+    shape = Shape(chat, call.reservation.request_id, str(call.target), logprobs, tools)
     if isinstance(answer, Answered):
         end = answer.end
         reply = shape.final(
-            end.text, end.finish_reason, call.usage(end.prompt_tokens, end.completion_tokens)
+            end.text,
+            end.finish_reason,
+            call.usage(end.prompt_tokens, end.completion_tokens),
+            end.logprobs,
         )
         if call.job is not None:
             reply["zerolayer_summary"] = call.job.usage()
@@ -53,9 +62,11 @@ def http_answer(
 def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
     """What a completion request asks of its tier."""
     s = body.sampling()
+    constraint = None
     if isinstance(body, ChatCompletionRequest):
         rid, endpoint = "chatcmpl-" + uuid.uuid4().hex, "chat.completions"
-        text = PromptInput(messages=[{"role": m.role, "content": m.text()} for m in body.messages])
+        messages, constraint = chat_turns(body)
+        text = PromptInput(messages=messages)
         fit: Fit = Summarize() if body.long_prompt == "summarize" else Refuse()
     else:
         rid, endpoint = "cmpl-" + uuid.uuid4().hex, "completions"
@@ -72,16 +83,20 @@ def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
         stop=tuple(s["stop"] or ()),
         stream=bool(body.stream),
         fit=fit,
+        constraint=constraint,
+        logprobs=body.logprobs_k(),
     )
 
 
 async def _complete(
     body: ChatCompletionRequest | CompletionRequest, record: ModelKey, pipeline: PipelineDep
 ) -> Response:
-    answer = await pipeline(ask_of(body), record)
+    ask = ask_of(body)
+    answer = await pipeline(ask, record)
     headers = pipeline.meter.headers(answer.call)
     chat = isinstance(body, ChatCompletionRequest)
-    return http_answer(answer, chat, headers, body.include_usage())
+    tools = chat and ask.constraint is not None and ask.constraint.kind == "structural_tag"
+    return http_answer(answer, chat, headers, body.include_usage(), ask.logprobs, tools)
 
 
 @router.post(
