@@ -219,11 +219,12 @@ class Start(_Value):
 @dataclass(slots=True)
 class Delta(_Value):
     """New output text and how many tokens it took; with `logprobs` asked for, one entry per
-    token."""
+    token; `index`: the choice it belongs to (0 but for a request of several choices)."""
 
     text: str
     tokens: int
     logprobs: list[TokenLogprob] | None = None
+    index: int = 0  # the choice it belongs to (a request of several choices)
 
 
 @dataclass(slots=True)
@@ -245,6 +246,7 @@ class End(_Value):
     tpot_s: float | None = None
     cached_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None
+    index: int = 0  # the choice it ends (a request of several choices)
 
 
 ReplicaEvent = Start | Delta | End | Failed

@@ -50,7 +50,7 @@ def test_models_carry_what_aggregators_ask_for_at_the_callers_prices(
     make_gateway: GatewayFactory, base_config: PlatformConfig
 ) -> None:
     from zerolayer.gateway.catalog import SUPPORTED_PARAMETERS
-    from zerolayer.gateway.schemas import ChatCompletionRequest, CompletionRequest
+    from zerolayer.gateway.schemas import NOT_SERVED, ChatCompletionRequest, CompletionRequest
 
     gateway = make_gateway(key_plan="free")
     r = gateway.client.get("/v1/models", headers=gateway.auth)
@@ -74,7 +74,8 @@ def test_models_carry_what_aggregators_ask_for_at_the_callers_prices(
     assert bare["pricing"] == models[f"smollm2-135m:{plan.default_tier}"]["pricing"]
     # every listed parameter is one the request bodies take, and none they take is missing
     fields = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
-    every_request = {"model", "messages", "prompt", "long_prompt", "n"}
+    unserved = set(NOT_SERVED) - {"stream_options"}  # (chat has its own stream_options)
+    every_request = {"model", "messages", "prompt", "long_prompt", "n", *unserved}
     # structured_outputs: the aggregators' name of what response_format json_schema gives
     assert set(SUPPORTED_PARAMETERS) - {"structured_outputs"} == fields - every_request
     assert bare["supported_parameters"] == SUPPORTED_PARAMETERS
@@ -194,7 +195,7 @@ def test_unknown_model_and_tier_are_404(gateway: Gateway) -> None:
         {**CHAT, "stream": "yes"},
         {**CHAT, "max_tokens": "ten"},
         {**CHAT, "temperature": 5},
-        {**CHAT, "n": 2},
+        {**CHAT, "n": 9},
         {**CHAT, "stop": ["a", "b", "c", "d", "e"]},
         {"messages": CHAT["messages"]},
         [1, 2, 3],
@@ -247,11 +248,18 @@ def test_unknown_route_and_method_are_openai_errors(gateway: Gateway) -> None:
     assert_openai_error(gateway.client.get("/v1/chat/completions", headers=gateway.auth), 405)
 
 
-def test_unknown_fields_are_ignored(gateway: Gateway) -> None:
+def test_unknown_fields_are_400s_as_openai_answers(gateway: Gateway) -> None:
     r = gateway.client.post(
         "/v1/chat/completions", headers=gateway.auth, json={**CHAT, "logit_bias": {}, "whatever": 1}
     )
-    assert r.status_code == 200
+    err = assert_openai_error(r, 400)
+    assert err["param"] == "whatever"
+    assert err["message"] == "Unrecognized request argument supplied: whatever"
+    # an assistant message sent back as the openai package dumps it: its extra fields are fine
+    turn = {"role": "assistant", "content": "Hi", "refusal": None, "annotations": [], "audio": None}
+    body = {**CHAT, "messages": [*CHAT["messages"], turn, {"role": "user", "content": "Hi"}]}
+    r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=body)
+    assert r.status_code == 200, r.text
 
 
 def test_engine_failure_mid_stream_ends_with_error_frame_then_done(gateway: Gateway) -> None:

@@ -215,3 +215,44 @@ def test_a_conversation_keeps_the_answer_without_its_logprobs(gateway: Gateway) 
     answer = next(i for i in items if i.get("role") == "assistant")
     assert answer["content"][0]["text"] == "".join(SCRIPT)
     assert answer["content"][0]["logprobs"] == []
+
+
+def test_n_choices_whole_and_streamed_with_the_prompt_billed_once(gateway: Gateway) -> None:
+    one = gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=CHAT).json()
+    body = {**CHAT, "n": 3, "seed": 11, "logprobs": True}
+    r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [c["index"] for c in got["choices"]] == [0, 1, 2]
+    assert all(c["message"]["content"] == "".join(SCRIPT) for c in got["choices"])
+    assert all(len(c["logprobs"]["content"]) == len(SCRIPT) for c in got["choices"])
+    assert got["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    assert got["usage"]["completion_tokens"] == 3 * len(SCRIPT)
+    specs = gateway.engine.specs[-3:]
+    assert sorted(s.seed for s in specs) == [11, 12, 13]  # each choice its own, reproducible
+    assert len({s.request_id for s in specs}) == 3
+    # streamed: each choice's chunks carry its index, each ends, one usage chunk for all
+    frames = sse_data(
+        gateway,
+        "/v1/chat/completions",
+        {**CHAT, "n": 2, "stream_options": {"include_usage": True}},
+    )
+    text = {0: "", 1: ""}
+    finished = {}
+    for f in frames:
+        for c in f["choices"]:
+            text[c["index"]] += c["delta"].get("content") or ""
+            if c["finish_reason"]:
+                finished[c["index"]] = c["finish_reason"]
+    assert text == {0: "".join(SCRIPT), 1: "".join(SCRIPT)}
+    assert finished == {0: "stop", 1: "stop"}
+    assert frames[-1]["usage"]["completion_tokens"] == 2 * len(SCRIPT)
+    assert frames[-1]["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    # text completions too
+    r = gateway.client.post(
+        "/v1/completions",
+        headers=gateway.auth,
+        json={"model": "smollm2-135m", "prompt": "The", "n": 2},
+    )
+    assert [c["index"] for c in r.json()["choices"]] == [0, 1]
+    assert r.json()["usage"]["completion_tokens"] == 2 * len(SCRIPT)

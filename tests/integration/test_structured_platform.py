@@ -69,12 +69,13 @@ def test_tools_json_and_logprobs_on_every_tier(platform: Platform, tier: str) ->
         messages=ASK,
         tools=[WEATHER],
         tool_choice="required",
+        parallel_tool_calls=False,  # one call, then the answer ends
         max_tokens=60,
         temperature=0,
     )
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls", choice
-    (call,) = choice.message.tool_calls[:1]
+    (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     _checked(call, WEATHER["function"]["parameters"])
     # the result goes back: the model answers in text (tool_choice none: no call possible)
@@ -109,6 +110,12 @@ def test_tools_json_and_logprobs_on_every_tier(platform: Platform, tier: str) ->
     assert content and all(len(e.top_logprobs) == 2 for e in content)
     assert all(e.logprob <= 0 and e.top_logprobs[0].logprob >= e.logprob - 1e-4 for e in content)
     assert "".join(e.token for e in content) == lp.choices[0].message.content
+    several = client.chat.completions.create(
+        model=model, messages=ASK, max_tokens=6, n=3, temperature=1.0, seed=1
+    )
+    assert [c.index for c in several.choices] == [0, 1, 2]
+    assert several.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert several.usage.completion_tokens >= 3
 
 
 def test_auto_named_parallel_and_streamed_calls(platform: Platform) -> None:
@@ -149,6 +156,7 @@ def test_auto_named_parallel_and_streamed_calls(platform: Platform) -> None:
         messages=ASK,
         tools=[WEATHER],
         tool_choice="required",
+        parallel_tool_calls=False,
         max_tokens=60,
         temperature=0,
         stream=True,
@@ -175,6 +183,7 @@ def test_a_responses_round_trip_with_a_function_and_a_schema(platform: Platform)
         input="What is the weather in Paris?",
         tools=[tool],
         tool_choice="required",
+        parallel_tool_calls=False,
         max_output_tokens=60,
         temperature=0,
     )

@@ -301,6 +301,8 @@ def validation_message(
     loc = raw[1:] if what or raw[:1] == ["body"] else raw
     param = _path(loc) or None
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    if first.get("type") == "extra_forbidden" and not what:
+        return f"Unrecognized request argument supplied: {param}{more}", param
     if what:
         return f"invalid {what} '{param}': {first.get('msg', 'invalid value')}{more}", param
     where = f" at '{param}'" if param else ""

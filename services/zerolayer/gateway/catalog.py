@@ -43,6 +43,8 @@ SUPPORTED_PARAMETERS = [
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+    "safety_identifier",
+    "prompt_cache_key",
 ]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -90,6 +91,7 @@ class Ask:
     fit: Fit = field(default_factory=Refuse)
     constraint: Constraint | None = None
     logprobs: int | None = None
+    n: int = 1  # choices: n engine requests of one prompt, billed as one request
 
 
 class Pipeline:
@@ -188,8 +190,8 @@ class Pipeline:
         fitted = await ask.fit(fitting, ask.text)
         if fitted.reserved:
             self.meter.metrics.inc("requests", str(target), call.record.plan)
-        else:
-            await self.sized(call, len(fitted.ids), fitted.max_tokens)
+        else:  # every choice may run to max_tokens
+            await self.sized(call, len(fitted.ids), fitted.max_tokens * ask.n)
         self.sample(call, fitted.text)
         spec = SamplingSpec(
             request_id=ask.rid,
@@ -203,9 +205,13 @@ class Pipeline:
             logprobs=ask.logprobs,
         )
         call.dest = self.route(target, len(fitted.ids))
+        specs = [spec] if ask.n == 1 else [_choice(spec, i) for i in range(ask.n)]
         if not ask.stream:
-            return Answered(call, await self.completed(call, spec))
-        return await self.opened(call, spec)
+            ends = await self.completed(call, specs)
+            return Answered(call, ends[0] if len(ends) == 1 else _total(ends), ends)
+        if ask.n == 1:
+            return await self.opened(call, spec)
+        return await self.opened(call, specs[0], specs[1:])
 
     async def chunk(
         self, record: ApiKeyRecord, model_id: str, texts: list[str], cut: ChunkOptions
@@ -269,13 +275,15 @@ class Pipeline:
 
         self.meter.later(keep())
 
-    async def completed(self, call: Call, spec: SamplingSpec) -> End:
-        """Run a request whole on its tier; settled and measured when it returns (a failure
-        raised as its APIError). When its client leaves meanwhile (its server cancels the
-        request, or BodyLimits sees the connection close), the tier's call is cancelled, which
-        stops the engine, and the request is settled in the background to what ran, as the
-        replica reports it (the prompt alone if no report comes)."""
-        res = None
+    async def completed(self, call: Call, specs: list[SamplingSpec]) -> list[End]:
+        """Run a request whole on its tier (its choices at once, one engine request each);
+        settled and measured when it returns (a failure raised as its APIError; the prompt is
+        billed once, every choice's tokens). When its client leaves meanwhile (its server
+        cancels the request, or BodyLimits sees the connection close), the tier's calls are
+        cancelled, which stops the engine, and the request is settled in the background to
+        what ran, as the replicas report it (the prompt alone if no report comes)."""
+        res: End | Failed | None = None
+        ends: list[End] = []
         status = "client_disconnect"  # unless it returns or fails
         g = self.config.gateway
         limit_s = g.tier_wait_s + g.request_timeout_s
@@ -292,11 +300,14 @@ class Pipeline:
                 raise ClientGone("the client closed its connection before its answer")
             gone.add_done_callback(leave)
         try:
-            res = await asyncio.wait_for(self.backend.complete(call.dest, spec), limit_s)
+            got = await asyncio.wait_for(self._all(call, specs), limit_s)
+            ends = [r for r in got if isinstance(r, End)]
+            failed = [r for r in got if isinstance(r, Failed)]
+            res = failed[0] if failed else ends[0] if len(ends) == 1 else _total(ends)
             status = "ok" if isinstance(res, End) else "engine_error"
         except asyncio.CancelledError:
             call.deferred = True
-            self.meter.later(self._abandoned(call, spec))
+            self.meter.later(self._abandoned(call, specs))
             if left and task is not None and task.uncancel() == 0:
                 raise ClientGone("the client closed its connection before its answer") from None
             raise
@@ -320,21 +331,38 @@ class Pipeline:
                 self.meter.finish(call, 0, 0, status)
         if isinstance(res, Failed):
             res.raise_()
-        self.ended(call, res)
-        return res
+        for end in ends:
+            self.ended(call, end)
+        return ends
 
-    async def _abandoned(self, call: Call, spec: SamplingSpec) -> None:
-        """Settle a whole request whose client left, to the tokens its replica says ran."""
-        got = await ran(self.meter.limiter.client, spec.request_id, ABANDONED_REPORT_S)
-        prompt, completion = got if got is not None else (len(spec.prompt_token_ids), 0)
+    async def _all(self, call: Call, specs: list[SamplingSpec]) -> list[End | Failed]:
+        """Every choice's whole answer (one call, or several at once)."""
+        if len(specs) == 1:
+            return [await self.backend.complete(call.dest, specs[0])]
+        return list(await asyncio.gather(*(self.backend.complete(call.dest, s) for s in specs)))
+
+    async def _abandoned(self, call: Call, specs: list[SamplingSpec]) -> None:
+        """Settle a whole request whose client left, to the tokens its replicas say ran (the
+        prompt once)."""
+        client = self.meter.limiter.client
+        got = await asyncio.gather(*(ran(client, s.request_id, ABANDONED_REPORT_S) for s in specs))
+        prompt = max((g[0] for g in got if g is not None), default=len(specs[0].prompt_token_ids))
+        completion = sum(g[1] for g in got if g is not None)
         self.meter.finish(call, prompt, completion, "client_disconnect", deferred=True)
 
-    async def opened(self, call: Call, spec: SamplingSpec) -> Opened:
+    async def opened(
+        self, call: Call, spec: SamplingSpec, more: list[SamplingSpec] | None = None
+    ) -> Opened:
         """Start a streamed request on its tier: its first event (Start) once a replica took
-        it, the rest of its events, and the hooks its stream must call (first token, end)."""
+        it, the rest of its events, and the hooks its stream must call (first token, end).
+        With `more` choices, their streams are opened at once and their events interleaved
+        (each Delta and End tagged with its choice's index)."""
         tier = str(call.target)
         waiting = self.admission.waiting(tier)
-        events = self.backend.stream(call.dest, spec)
+        if more:
+            events = _interleaved([self.backend.stream(call.dest, s) for s in [spec, *more]])
+        else:
+            events = self.backend.stream(call.dest, spec)
         wait_s = self.config.gateway.tier_wait_s
         try:
             # a replica answers Start as soon as it has the request: waiting longer means the
@@ -362,7 +390,7 @@ class Pipeline:
         def on_end(prompt: int, completion: int, end: End | None, failed: bool = False) -> None:
             self.admission.forget(tier, waiting)
             if end is not None:
-                self.ended(call, end)
+                self.ended(call, end)  # (the last choice's, with several)
                 self.meter.finish(call, prompt, completion, "ok", end.cached_tokens)
             else:
                 status = "engine_error" if failed else "client_disconnect"
@@ -371,7 +399,7 @@ class Pipeline:
         def on_close() -> None:  # the response closed before its stream started
             self.meter.finish(call, 0, 0, "client_disconnect")
 
-        return Opened(call, first, events, on_token, on_end, on_close)
+        return Opened(call, first, events, on_token, on_end, on_close, 1 + len(more or []))
 
     async def _revocable(
         self, call: Call, events: AsyncGenerator[ReplicaEvent, None]
@@ -422,13 +450,84 @@ def _replica_failure(
     return EngineError(f"the tier's replica failed ({type(exc).__name__})")
 
 
+def _choice(spec: SamplingSpec, i: int) -> SamplingSpec:
+    """The i-th choice's engine request: its own id, and its own seed when seeded (so the
+    choices differ and each is reproducible)."""
+    seed = spec.seed
+    if seed is not None:
+        seed = seed + i if seed + i < 2**63 else seed - i
+    return dataclasses.replace(spec, request_id=f"{spec.request_id}-{i}", seed=seed)
+
+
+def _total(ends: list[End]) -> End:
+    """Several choices' Ends as one, for billing: the prompt once, every choice's tokens."""
+    first = ends[0]
+    return dataclasses.replace(
+        first,
+        completion_tokens=sum(e.completion_tokens for e in ends),
+        text="",
+        logprobs=None,
+    )
+
+
+async def _interleaved(
+    streams: list[AsyncGenerator[ReplicaEvent, None]],
+) -> AsyncGenerator[ReplicaEvent, None]:
+    """Several choices' event streams as one: one Start (each stream's first event, the
+    prompt's tokens), then every Delta and End as it comes, tagged with its choice's index;
+    the first Failed ends it. Closing it closes them all."""
+    queue: asyncio.Queue[tuple[int, ReplicaEvent | BaseException | None]] = asyncio.Queue()
+
+    async def pump(i: int, events: AsyncGenerator[ReplicaEvent, None]) -> None:
+        try:
+            async for ev in events:
+                await queue.put((i, ev))
+        except Exception as exc:  # handed to the reader, as a stream's own failure is
+            await queue.put((i, exc))
+        finally:
+            await queue.put((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    started: list[Start] = []
+    early: list[ReplicaEvent] = []  # a choice's events before every choice has started
+    running = len(streams)
+    try:
+        while running:
+            i, ev = await queue.get()
+            if ev is None:
+                running -= 1
+            elif isinstance(ev, BaseException):
+                raise ev
+            elif isinstance(ev, Failed):
+                yield ev
+                return
+            elif isinstance(ev, Start):
+                started.append(ev)
+                if len(started) == len(streams):
+                    yield started[0]
+                    for held in early:
+                        yield held
+                    early.clear()
+            elif len(started) < len(streams):
+                early.append(dataclasses.replace(ev, index=i))
+            else:
+                yield dataclasses.replace(ev, index=i)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for s in streams:
+            with contextlib.suppress(Exception):
+                await s.aclose()
+
+
 @dataclass
 class Answered:
     """A request answered whole: its call (the reservation, the map-reduce job if any) and the
-    tier's End."""
+    tier's End (with several choices: their total, and each choice's End)."""
 
     call: Call
     end: End
+    choices: list[End] = field(default_factory=list)
 
 
 @dataclass
@@ -444,6 +543,7 @@ class Opened:
     on_token: Callable[[], None]
     on_end: Callable[..., None]
     on_close: Callable[[], None]
+    n: int = 1  # its choices (their events tagged with their index)
 
 
 @dataclass

@@ -11,11 +11,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from zerolayer.gateway.schemas import (
     MAX_ID_CHARS,
+    NOT_SERVED,
     FunctionDefinition,
     FunctionName,
     JSONSchemaFormat,
     ResponseFormat,
     TopLogprobs,
+    check_not_served,
+    not_served,
 )
 
 __all__ = [
@@ -134,7 +137,11 @@ class _Text(_Body):
 
 
 class CreateResponseRequest(_Body):
-    """POST /v1/responses."""
+    """POST /v1/responses. A field the Open Responses specification does not define is a 400;
+    its fields the tiers cannot honour are accepted only with the values that ask for
+    nothing."""
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>'")
     input: str | list[Any] | None = Field(
@@ -197,6 +204,29 @@ class CreateResponseRequest(_Body):
     prompt_cache_key: str | None = Field(
         default=None, max_length=MAX_ID_CHARS, description="Echoed back"
     )
+    context_management: Any = not_served("context_management")
+    max_tool_calls: Any = not_served("max_tool_calls")
+    moderation: Any = not_served("moderation")
+    prompt: Any = not_served("prompt")
+    prompt_cache_options: Any = not_served("prompt_cache_options")
+    prompt_cache_retention: Any = not_served("prompt_cache_retention")
+    service_tier: Any = not_served("service_tier")
+    stream_options: Any = not_served("stream_options")
+
+    @field_validator(
+        "context_management",
+        "max_tool_calls",
+        "moderation",
+        "prompt",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "service_tier",
+        "stream_options",
+    )
+    @classmethod
+    def _served(cls, v: Any, info: Any) -> Any:
+        assert info.field_name in NOT_SERVED
+        return check_not_served(info.field_name, v)
 
     @field_validator("include")
     @classmethod

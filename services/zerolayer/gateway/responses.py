@@ -447,6 +447,5 @@ def _constraint(body: CreateResponseRequest) -> tuple[Constraint | None, str | N
             "drop one of them",
             param="text.format",
         )
-    return tool_constraint(functions, choice, body.parallel_tool_calls), tool_prompt(
-        functions, choice
-    )
+    parallel = body.parallel_tool_calls and body.max_tool_calls != 1
+    return tool_constraint(functions, choice, parallel), tool_prompt(functions, choice)

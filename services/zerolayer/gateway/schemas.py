@@ -31,6 +31,77 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+# OpenAI's request fields the tiers do not serve: the values that ask for nothing (accepted)
+# and why any other is refused (a 400 naming the field)
+NOT_SERVED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "audio": ((None,), "audio output is not served: the models write text"),
+    "modalities": ((None, ["text"]), "only text output is served"),
+    "frequency_penalty": ((None, 0), "frequency and presence penalties are not served"),
+    "presence_penalty": ((None, 0), "frequency and presence penalties are not served"),
+    "logit_bias": ((None, {}), "logit_bias is not served"),
+    "function_call": ((None,), "the deprecated functions API is not served: use tools"),
+    "functions": ((None,), "the deprecated functions API is not served: use tools"),
+    "metadata": ((None, {}), "chat completions are not stored, so metadata has nowhere to go"),
+    "store": ((None, False), "chat completions are not stored: use the Responses API"),
+    "moderation": ((None,), "moderation is not served"),
+    "prediction": ((None,), "predicted outputs are not served"),
+    "prompt_cache_options": ((None,), "the prefix cache is the engine's own: no options"),
+    "prompt_cache_retention": (
+        (None, "in_memory", "in-memory"),
+        "the prefix cache is the engine's own, in memory",
+    ),
+    "reasoning_effort": ((None,), "the models do not reason"),
+    "service_tier": ((None, "auto", "default"), "one service tier is served"),
+    "verbosity": ((None, "medium"), "verbosity settings are not served"),
+    "web_search_options": ((None,), "web search is not served"),
+    "best_of": ((None, 1), "best_of is not served: ask for n choices"),
+    "echo": ((None, False), "echo is not served"),
+    "suffix": ((None, ""), "suffix (insertion) is not served"),
+    "context_management": ((None,), "context management is not served: use truncation"),
+    "prompt": ((None,), "stored prompt templates are not served"),
+    "max_tool_calls": ((None, 1), "only max_tool_calls 1 (one call) is served"),
+    "stream_options": ((None, {}, {"include_obfuscation": False}), "obfuscation is not served"),
+}
+
+
+_MARK: dict[str, Any] = {"x-not-served": True}
+
+
+def is_not_served(model: type[BaseModel], name: str) -> bool:
+    """Whether a model's field is one of NOT_SERVED (declared with not_served)."""
+    return model.model_fields[name].json_schema_extra == _MARK
+
+
+def not_served(name: str) -> Any:
+    """A field of OpenAI's that asks for nothing here unless refused (NOT_SERVED)."""
+    allowed, why = NOT_SERVED[name]
+    shown = ", ".join("null" if a is None else repr(a) for a in allowed)
+    return Field(default=None, description=f"Only {shown}: {why}", json_schema_extra=_MARK)
+
+
+def check_not_served(name: str, value: Any) -> Any:
+    """The value, when it asks for nothing; ValueError (the field's 400) otherwise."""
+    allowed, why = NOT_SERVED[name]
+    if not any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
+        raise ValueError(why)
+    return value
+
+
+class _Request(_Body):
+    """A top-level request body: a field OpenAI's API does not define is a 400, as OpenAI
+    answers; OpenAI's fields the tiers cannot honour are accepted only with the values that
+    ask for nothing (NOT_SERVED)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _served(cls, v: Any, info: Any) -> Any:
+        if is_not_served(cls, info.field_name):
+            return check_not_served(info.field_name, v)
+        return v
+
+
 class StreamOptions(_Body):
     """Options of a streamed response."""
 
@@ -158,7 +229,7 @@ class ResponseFormat(_Body):
         return self
 
 
-class _Sampling(_Body):
+class _Sampling(_Request):
     model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>'")
     max_tokens: MaxTokens | None = Field(default=None, description="Upper bound of new tokens")
     temperature: float = Field(
@@ -166,7 +237,11 @@ class _Sampling(_Body):
     )
     top_p: float = Field(default=1.0, gt=0, le=1, strict=True, description="Nucleus sampling mass")
     n: int = Field(
-        default=1, ge=1, le=1, strict=True, description="Choices per request (only 1 is served)"
+        default=1,
+        ge=1,
+        le=8,
+        strict=True,
+        description="Choices (1-8): one answer each, the prompt billed once",
     )
     seed: int | None = Field(
         default=None,
@@ -181,6 +256,9 @@ class _Sampling(_Body):
     user: str | None = Field(
         default=None, max_length=MAX_ID_CHARS, description="End-user id, for the customer's records"
     )
+    frequency_penalty: Any = not_served("frequency_penalty")
+    presence_penalty: Any = not_served("presence_penalty")
+    logit_bias: Any = not_served("logit_bias")
 
     @field_validator("stop")
     @classmethod
@@ -240,6 +318,28 @@ class ChatCompletionRequest(_Sampling):
     parallel_tool_calls: bool = Field(
         default=True, strict=True, description="Whether the model may make several calls at once"
     )
+    safety_identifier: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="End-user id, for the customer's records"
+    )
+    prompt_cache_key: str | None = Field(
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="Accepted: the tiers' prefix caches need no key",
+    )
+    audio: Any = not_served("audio")
+    modalities: Any = not_served("modalities")
+    function_call: Any = not_served("function_call")
+    functions: Any = not_served("functions")
+    metadata: Any = not_served("metadata")
+    store: Any = not_served("store")
+    moderation: Any = not_served("moderation")
+    prediction: Any = not_served("prediction")
+    prompt_cache_options: Any = not_served("prompt_cache_options")
+    prompt_cache_retention: Any = not_served("prompt_cache_retention")
+    reasoning_effort: Any = not_served("reasoning_effort")
+    service_tier: Any = not_served("service_tier")
+    verbosity: Any = not_served("verbosity")
+    web_search_options: Any = not_served("web_search_options")
 
     @field_validator("top_logprobs")
     @classmethod
@@ -269,6 +369,9 @@ class CompletionRequest(_Sampling):
         default=None,
         description="Each output token's log-probability and this many most likely (0-20)",
     )
+    best_of: Any = not_served("best_of")
+    echo: Any = not_served("echo")
+    suffix: Any = not_served("suffix")
 
     def logprobs_k(self) -> int | None:
         """None: no logprobs; k: each token's and its k most likely alternatives'."""

@@ -3,6 +3,7 @@ the replicas' events (zerolayer.protocol)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -48,21 +49,33 @@ def chat_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
 
 class Shape:
     """How one endpoint's objects look (chat vs text completion); `logprobs`: whether the
-    request asked for them (None: no) and how many alternatives."""
+    request asked for them (None: no) and how many alternatives; `tools`: whether its answers
+    may hold tool calls (zerolayer.gateway.tools); `n`: its choices."""
 
     def __init__(
-        self, chat: bool, rid: str, model: str, logprobs: int | None = None, tools: bool = False
+        self,
+        chat: bool,
+        rid: str,
+        model: str,
+        logprobs: int | None = None,
+        tools: bool = False,
+        n: int = 1,
     ):
         self.chat = chat
         self.rid = rid
         self.model = model
         self.created = int(time.time())
         self.logprobs = logprobs
-        self.tools = tools  # the answer may hold tool calls (zerolayer.gateway.tools)
-        self.calls = CallStream() if tools else None
-        self._offset = 0  # characters of text the legacy logprobs' offsets have covered
+        self.tools = tools
+        self.n = n
+        # per choice: its calls as they stream, and the characters its legacy logprobs'
+        # offsets have covered
+        self.calls = [CallStream() for _ in range(n)] if tools else None
+        self._offset = [0] * n
 
-    def _logprobs(self, entries: list[TokenLogprob] | None) -> dict[str, Any] | None:
+    def _logprobs(
+        self, entries: list[TokenLogprob] | None, index: int = 0
+    ) -> dict[str, Any] | None:
         """A choice's `logprobs`: None unless asked for; chat's content list, or the legacy
         completion's four parallel lists."""
         if self.logprobs is None:
@@ -72,8 +85,8 @@ class Shape:
             return {"content": chat_logprobs(got), "refusal": None}
         offsets = []
         for e in got:
-            offsets.append(self._offset)
-            self._offset += len(e.token)
+            offsets.append(self._offset[index])
+            self._offset[index] += len(e.token)
         return {
             "tokens": [e.token for e in got],
             "token_logprobs": [e.logprob for e in got],
@@ -93,26 +106,24 @@ class Shape:
             **extra,
         }
 
-    def final(
-        self,
-        text: str,
-        finish: str,
-        usage: dict[str, int],
-        logprobs: list[TokenLogprob] | None = None,
-    ) -> dict[str, Any]:
-        lp = self._logprobs(logprobs)
-        if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-            if self.tools:
-                content, calls = split_calls(text)
-                message["content"] = content
-                if calls:
-                    message["tool_calls"] = [c.chat() for c in calls]
-                    finish = "tool_calls" if finish == "stop" else finish
-            choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
-            return self._frame("chat.completion", [choice], usage=usage)
-        choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
-        return self._frame("text_completion", [choice], usage=usage)
+    def _choice(self, index: int, end: End) -> dict[str, Any]:
+        """One choice of a whole answer."""
+        lp, finish, text = self._logprobs(end.logprobs, index), end.finish_reason, end.text
+        if not self.chat:
+            return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+        if self.tools:
+            content, calls = split_calls(text)
+            message["content"] = content
+            if calls:
+                message["tool_calls"] = [c.chat() for c in calls]
+                finish = "tool_calls" if finish == "stop" else finish
+        return {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
+
+    def final(self, ends: list[End], usage: dict[str, int]) -> dict[str, Any]:
+        """The whole answer: one choice per End."""
+        obj = "chat.completion" if self.chat else "text_completion"
+        return self._frame(obj, [self._choice(i, e) for i, e in enumerate(ends)], usage=usage)
 
     def chunk(
         self,
@@ -120,57 +131,70 @@ class Shape:
         finish: str | None,
         usage: bool,
         logprobs: list[TokenLogprob] | None = None,
+        index: int = 0,
     ) -> dict[str, Any]:
         lp = None if finish is not None or (text is None and self.chat) else logprobs
-        shown = self._logprobs(lp) if lp is not None else None
+        shown = self._logprobs(lp, index) if lp is not None else None
         if self.chat:
             delta: dict[str, Any] = {}
             if text is None and finish is None:
                 delta = {"role": "assistant", "content": ""}
             elif text is not None:
                 delta = {"content": text}
-            choice = {"index": 0, "delta": delta, "logprobs": shown, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": shown, "finish_reason": finish}
             obj = "chat.completion.chunk"
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": shown, "finish_reason": finish}
+            choice = {"index": index, "text": text or "", "logprobs": shown}
+            choice["finish_reason"] = finish
             obj = "text_completion"
         extra = {"usage": None} if usage else {}
         return self._frame(obj, [choice], **extra)
 
     def pieces(
-        self, text: str, usage: bool, logprobs: list[TokenLogprob] | None, final: bool = False
+        self,
+        text: str,
+        usage: bool,
+        logprobs: list[TokenLogprob] | None,
+        final: bool = False,
+        index: int = 0,
     ) -> list[dict[str, Any]]:
         """The chunks of a piece of streamed text: as it is, or, with tools, its text and its
         tool calls' deltas as they become known (the logprobs ride on the first chunk, or on
         one of their own when the text is held back)."""
         if self.calls is None:
-            return [self.chunk(text, None, usage, logprobs)] if text or logprobs else []
+            if not text and not logprobs:
+                return []
+            return [self.chunk(text, None, usage, logprobs, index)]
         out = []
-        for ev in self.calls.feed(text, final):
+        for ev in self.calls[index].feed(text, final):
             if ev[0] == "text":
-                out.append(self.chunk(ev[1], None, usage, logprobs))
+                out.append(self.chunk(ev[1], None, usage, logprobs, index))
             else:
                 if ev[0] == "call":
                     call = ev[2]
                     entry = {**call.chat(ev[1]), "function": {"name": call.name, "arguments": ""}}
                 else:
                     entry = {"index": ev[1], "function": {"arguments": ev[2]}}
-                out.append(self._delta({"tool_calls": [entry]}, usage, logprobs))
+                out.append(self._delta({"tool_calls": [entry]}, usage, logprobs, index))
             logprobs = None
         if logprobs:
-            out.append(self._delta({}, usage, logprobs))
+            out.append(self._delta({}, usage, logprobs, index))
         return out
 
     def _delta(
-        self, delta: dict[str, Any], usage: bool, logprobs: list[TokenLogprob] | None
+        self,
+        delta: dict[str, Any],
+        usage: bool,
+        logprobs: list[TokenLogprob] | None,
+        index: int,
     ) -> dict[str, Any]:
-        shown = self._logprobs(logprobs) if logprobs is not None else None
-        choice = {"index": 0, "delta": delta, "logprobs": shown, "finish_reason": None}
+        shown = self._logprobs(logprobs, index) if logprobs is not None else None
+        choice = {"index": index, "delta": delta, "logprobs": shown, "finish_reason": None}
         return self._frame("chat.completion.chunk", [choice], **({"usage": None} if usage else {}))
 
-    def finish(self, finish: str) -> str:
+    def finish(self, finish: str, index: int = 0) -> str:
         """The finish reason of a streamed answer (tool_calls when it made calls)."""
-        if self.calls is not None and self.calls.calls and finish == "stop":
+        if self.calls is not None and self.calls[index].calls and finish == "stop":
             return "tool_calls"
         return finish
 
@@ -196,26 +220,33 @@ async def sse_stream(
     failure. report(prompt, completion) makes the usage chunk."""
     prompt_tokens = first.prompt_tokens
     completion = 0
+    done: dict[int, End] = {}  # the choices that ended
     ended: End | None = None
     failed = started = False
     try:
         if shape.chat:
-            yield sse(shape.chunk(None, None, include_usage))
+            for i in range(shape.n):
+                yield sse(shape.chunk(None, None, include_usage, index=i))
         try:
             async for ev in events:
                 if isinstance(ev, Delta):
                     if not started:
                         started = True
                         on_token()
-                    for frame in shape.pieces(ev.text, include_usage, ev.logprobs):
+                    for frame in shape.pieces(ev.text, include_usage, ev.logprobs, index=ev.index):
                         yield sse(frame)
                     completion += ev.tokens
                 elif isinstance(ev, End):
-                    completion, ended = ev.completion_tokens, ev
-                    for frame in shape.pieces("", include_usage, None, final=True):
+                    done[ev.index] = ev
+                    for frame in shape.pieces("", include_usage, None, True, ev.index):
                         yield sse(frame)
-                    finish = shape.finish(ev.finish_reason)
-                    yield sse(shape.chunk(None if shape.chat else "", finish, include_usage))
+                    finish = shape.finish(ev.finish_reason, ev.index)
+                    text = None if shape.chat else ""
+                    yield sse(shape.chunk(text, finish, include_usage, index=ev.index))
+                    if len(done) < shape.n:
+                        continue
+                    completion = sum(e.completion_tokens for e in done.values())
+                    ended = dataclasses.replace(ev, completion_tokens=completion)
                     if include_usage:
                         yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
                 elif isinstance(ev, Failed):

@@ -11,6 +11,7 @@ import uuid
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
+from zerolayer.errors import InvalidRequest
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import ModelKey, PipelineDep
 from zerolayer.gateway.fit import Fit, Refuse, Summarize
@@ -38,14 +39,12 @@ def http_answer(
     """OpenAI's answer of a completion: the JSON object of a whole one, or the event stream of
     an opened one, named after the tier that answered (with `tools`, its calls split out)."""
     call = answer.call
-    shape = Shape(chat, call.reservation.request_id, str(call.target), logprobs, tools)
+    n = max(1, len(answer.choices)) if isinstance(answer, Answered) else answer.n
+    shape = Shape(chat, call.reservation.request_id, str(call.target), logprobs, tools, n)
     if isinstance(answer, Answered):
         end = answer.end
         reply = shape.final(
-            end.text,
-            end.finish_reason,
-            call.usage(end.prompt_tokens, end.completion_tokens),
-            end.logprobs,
+            answer.choices or [end], call.usage(end.prompt_tokens, end.completion_tokens)
         )
         if call.job is not None:
             reply["zerolayer_summary"] = call.job.usage()
@@ -68,6 +67,8 @@ def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
         messages, constraint = chat_turns(body)
         text = PromptInput(messages=messages)
         fit: Fit = Summarize() if body.long_prompt == "summarize" else Refuse()
+        if body.long_prompt == "summarize" and body.n > 1:
+            raise InvalidRequest("long_prompt 'summarize' is served with n 1 only", param="n")
     else:
         rid, endpoint = "cmpl-" + uuid.uuid4().hex, "completions"
         text, fit = PromptInput(prompt=body.one_prompt()), Refuse()
@@ -85,6 +86,7 @@ def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
         fit=fit,
         constraint=constraint,
         logprobs=body.logprobs_k(),
+        n=body.n,
     )
 
 
