@@ -107,6 +107,7 @@ def test_three_turns_by_previous_response_id_on_alternating_replicas(
     assert u3.input_tokens == expected
     assert u3.total_tokens == u3.input_tokens + u3.output_tokens
     assert u3.input_tokens_details.cached_tokens == 0
+    assert u3.input_tokens_details.cache_write_tokens == 0  # the openai package's typed field
     for gw, resp in ((b, first), (a, second), (b, third)):
         body = raw(gw, f"/responses/{resp.id}").json()
         check("ResponseResource", body)

@@ -4,6 +4,7 @@ with its date and status, and a new decision gets the next number and today's da
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,8 @@ def test_a_new_decision_is_numbered_and_dated_today() -> None:
     added = text + "\n- **A new rule.** Superseded by nothing yet, said for the test.\n"
     new = index.build(added, "2099-01-01")
     assert f'- <a id="d{n + 1}"></a>**D{n + 1}.** **A new rule.**' in new
-    row = f"| [D{n + 1}](#d{n + 1}) | [The console](#the-console) | A new rule | 2099-01-01 |"
+    area = [line[3:] for line in text.splitlines() if line.startswith("## ")][-1]  # the last
+    anchor = re.sub(r"[^a-z0-9 -]", "", area.lower()).replace(" ", "-")
+    row = f"| [D{n + 1}](#d{n + 1}) | [{area}](#{anchor}) | A new rule | 2099-01-01 |"
     assert row + " superseded |" in new
     assert index.build(new, "2100-01-01") == new  # numbered: its date stays

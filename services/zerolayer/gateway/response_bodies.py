@@ -66,6 +66,8 @@ class _TextFormat(JSONSchemaFormat):
     """text.format: as chat's response_format, with the schema's fields beside the type."""
 
     type: Literal["text", "json_object", "json_schema"] = Field(description="The output's form")
+    # optional here (the JSON schema format's is required): a text format has no name, and
+    # response_format() refuses a json_schema without one
     name: str | None = Field(  # type: ignore[assignment]
         default=None,
         min_length=1,

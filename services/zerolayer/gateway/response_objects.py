@@ -17,10 +17,11 @@ __all__ = ["ResponseShape", "response_usage", "outcome", "without_logprobs"]
 
 
 def response_usage(input_tokens: int, output_tokens: int, cached: int = 0) -> dict[str, Any]:
-    """Usage as the Responses API reports it."""
+    """Usage as the Responses API reports it (nothing is billed for writing the prefix cache:
+    `cache_write_tokens` is 0)."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,

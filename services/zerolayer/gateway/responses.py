@@ -293,7 +293,7 @@ class Responder:
             end = answer.end
             status, incomplete = outcome(end.finish_reason)
             items = shape.outputs(end.text, status, end.logprobs)
-            usage = response_usage(end.prompt_tokens, end.completion_tokens)
+            usage = response_usage(end.prompt_tokens, end.completion_tokens, end.cached_tokens)
             obj = shape.resource(status, items, usage, incomplete=incomplete)
             await self._keep(turn, obj, items, finished=True)
             return JSONResponse(obj, headers=headers)
@@ -385,7 +385,7 @@ class Responder:
                     f"the tier's replica stopped while answering ({type(exc).__name__})"
                 )
             o.on_end(prompt, completion, ended, error is not None)
-            usage = response_usage(prompt, completion)
+            usage = response_usage(prompt, completion, ended.cached_tokens if ended else 0)
             if ended is not None:
                 status, incomplete = outcome(ended.finish_reason)
                 closing = shape.ending(status)

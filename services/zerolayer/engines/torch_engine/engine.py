@@ -436,7 +436,9 @@ class TorchEngine:
             if self._masks is None or self._masks.shape[0] < len(running):
                 self._masks = bitmask(self.max_num_seqs, self.model.shape.vocab)
             for j in guided:
-                running[j].guide.fill(self._masks, j)  # type: ignore[union-attr]
+                guide = running[j].guide
+                assert guide is not None
+                guide.fill(self._masks, j)
             apply_masks(logits, self._masks, guided)
         greedy = logits.argmax(-1).tolist()
         rows = {j: n for n, j in enumerate(want)}
