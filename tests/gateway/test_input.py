@@ -234,3 +234,11 @@ def test_an_error_names_the_clients_field_not_an_internal_one(
 ) -> None:
     err = assert_openai_error(gateway.client.post(url, headers=gateway.auth, json=body), 400)
     assert err["param"] == param, err
+
+
+def test_a_message_without_content_is_a_400_unless_it_made_tool_calls(gateway: Gateway) -> None:
+    for message in ({"role": "user"}, {"role": "assistant", "content": None}):
+        body = {**CHAT, "messages": [message]}
+        r = gateway.client.post("/v1/chat/completions", headers=gateway.auth, json=body)
+        err = assert_openai_error(r, 400)
+        assert err["param"] == "messages[0]", err

@@ -177,6 +177,13 @@ class ChatMessage(_Body):
     )
     tool_call_id: str | None = Field(default=None, description="The call a tool turn answers")
 
+    @model_validator(mode="after")
+    def _content_given(self) -> ChatMessage:
+        # only an assistant's turn that made tool calls may leave its content out (as OpenAI)
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
     def text(self) -> str:
         """The content as one string."""
         if self.content is None:
