@@ -43,9 +43,13 @@ def raw(gw: Gateway, path: str, key: str | None = None) -> httpx.Response:
 
 
 def events_of(text: str) -> list[dict[str, Any]]:
-    """The data of each server-sent event; each event's name is its type."""
+    """The data of each server-sent event; each event's name is its type. A stream that ended
+    ends with `data: [DONE]` after its terminal event (not returned); a cut one may lack it."""
     out = []
-    for block in text.strip().split("\n\n"):
+    blocks = text.strip().split("\n\n")
+    if blocks[-1] == "data: [DONE]":
+        blocks.pop()
+    for block in blocks:
         lines = dict(line.split(": ", 1) for line in block.splitlines())
         data = json.loads(lines["data"])
         assert lines["event"] == data["type"]
@@ -61,7 +65,9 @@ def stream_raw(gw: Gateway, body: dict[str, Any]) -> list[dict[str, Any]]:
         timeout=30,
     )
     assert r.status_code == 200, r.text
+    assert r.text.endswith("\n\ndata: [DONE]\n\n"), r.text[-200:]  # after the terminal event
     events = events_of(r.text)
+    assert events[-1]["type"] in {"response.completed", "response.incomplete", "response.failed"}
     for ev in events:
         check_event(ev)
     return events

@@ -55,6 +55,7 @@ from zerolayer.gateway.response_objects import (
     response_usage,
     without_logprobs,
 )
+from zerolayer.gateway.sse import DONE
 from zerolayer.gateway.structured import instruction, json_constraint
 from zerolayer.gateway.tools import chosen, functions_of, tool_constraint, tool_prompt
 from zerolayer.protocol import Constraint, Delta, End, Failed, PromptInput
@@ -406,6 +407,7 @@ class Responder:
                 code = exc.code if isinstance(exc, APIError) else "store_unavailable"
                 obj = {**obj, "status": "failed", "error": {"code": code, "message": str(exc)}}
             yield shape.final(obj)
+            yield DONE  # the terminal frame of Open Responses (OpenAI's clients stop at it too)
         finally:
             if not turn.done:  # the client left: keep what was delivered, in the background
                 o.on_end(prompt, completion, ended)

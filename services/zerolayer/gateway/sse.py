@@ -16,12 +16,15 @@ from zerolayer.toolcalls import CallStream, split_calls
 
 log = logging.getLogger(__name__)
 
-__all__ = ["sse", "usage", "Shape", "sse_stream"]
+__all__ = ["DONE", "sse", "usage", "Shape", "sse_stream"]
 
 
 def sse(data: dict[str, Any] | str) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return f"data: {payload}\n\n".encode()
+
+
+DONE = sse("[DONE]")  # a stream's terminal frame
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
@@ -259,7 +262,7 @@ async def sse_stream(
             log.warning("stream %s broke off: %s", shape.rid, type(exc).__name__)
             err = EngineError(f"the tier's replica stopped while answering ({type(exc).__name__})")
             yield sse(err.body())
-        yield sse("[DONE]")
+        yield DONE
     finally:
         on_end(prompt_tokens, completion, ended, failed)
         await events.aclose()
