@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from fastapi import Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, HTTPConnection
 
 from zerolayer.conversations import NotFound, QuotaExceeded
 from zerolayer.errors import (
@@ -51,8 +51,9 @@ def bearer(header: str) -> str | None:
     return (key.strip() or None) if scheme.lower() == "bearer" else None
 
 
-async def authorise(request: Request, lookup_key: KeyLookup) -> ApiKeyRecord:
-    """The key record of a request's bearer key; 401 if missing, unknown or revoked."""
+async def authorise(request: HTTPConnection, lookup_key: KeyLookup) -> ApiKeyRecord:
+    """The key record of a request's (or a WebSocket handshake's) bearer key; 401 if missing,
+    unknown or revoked."""
     key = bearer(request.headers.get("authorization", ""))
     if key is None:
         raise AuthenticationFailed(
@@ -100,11 +101,16 @@ class ClosingStream(StreamingResponse):
             except OSError as exc:
                 raise ClientDisconnect() from exc
         finally:
-            aclose = getattr(self.body_iterator, "aclose", None)  # an async generator's
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-            self._on_close()
+            await self.finish()
+
+    async def finish(self) -> None:
+        """End its work: close the body iterator, then on_close() (also for a body that was
+        read by another sender than ASGI's, such as a WebSocket)."""
+        aclose = getattr(self.body_iterator, "aclose", None)  # an async generator's
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+        self._on_close()
 
 
 async def found(pending: Awaitable[Any]) -> Any:

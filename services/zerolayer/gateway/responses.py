@@ -17,7 +17,7 @@ import functools
 import logging
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
@@ -61,9 +61,19 @@ from zerolayer.gateway.tools import chosen, functions_of, tool_constraint, tool_
 from zerolayer.protocol import Constraint, Delta, End, Failed, PromptInput
 from zerolayer.store.keys import ApiKeyRecord
 
-__all__ = ["Responder"]
+__all__ = ["LocalChain", "Responder"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalChain:
+    """A WebSocket connection's most recent unstored response (store: false): its id and its
+    whole context (history, input, output), so that the next turn on the same connection may
+    continue it by previous_response_id although nothing of it was written."""
+
+    rid: str | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +90,8 @@ class _Turn:
     done: bool = False  # stored (or given up): nothing left to write or release
     admitted_ms: int = 0  # Redis's time of its admission (a tenant purge after it wins)
     keeper: asyncio.Task[None] | None = None  # renews the conversation's lease meanwhile
+    local: LocalChain | None = None  # the connection's unstored chain (WebSocket mode)
+    from_local: bool = False  # its history is that chain's (stored nowhere)
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:
@@ -100,13 +112,18 @@ class Responder:
         self.counts = TokenCounts()  # a long history's items, counted once
 
     async def create(
-        self, body: CreateResponseRequest, record: ApiKeyRecord, rid: str | None = None
+        self,
+        body: CreateResponseRequest,
+        record: ApiKeyRecord,
+        rid: str | None = None,
+        local: LocalChain | None = None,
     ) -> Response:
-        """POST /v1/responses (as response `rid`, a new id when None)."""
+        """POST /v1/responses (as response `rid`, a new id when None); `local`: the unstored
+        chain of the WebSocket connection it came on, which it may continue and then becomes."""
         rid = rid or new_id("resp")
         try:
             # the stored history is read while the limits are checked (one round trip less)
-            loading = asyncio.ensure_future(self._turn(body, record, rid))
+            loading = asyncio.ensure_future(self._turn(body, record, rid, local))
             try:
                 call = await self.pipeline.begin(record, body.model, rid, "responses")
             except BaseException:
@@ -139,7 +156,13 @@ class Responder:
             turn.done = True
             self._release(turn)
 
-    async def _turn(self, body: CreateResponseRequest, record: ApiKeyRecord, rid: str) -> _Turn:
+    async def _turn(
+        self,
+        body: CreateResponseRequest,
+        record: ApiKeyRecord,
+        rid: str,
+        local: LocalChain | None = None,
+    ) -> _Turn:
         cid = body.conversation_id()
         if cid is not None and body.previous_response_id is not None:
             raise InvalidRequest(
@@ -158,7 +181,15 @@ class Responder:
         if body.store and body.previous_response_id is None:
             checking = asyncio.ensure_future(self._check_quota(record))
         try:
-            turn = await self._load(body, record, rid, new, cid)
+            if (
+                local is not None
+                and local.rid is not None
+                and body.previous_response_id == local.rid
+            ):
+                turn = _Turn(record.owner, rid, list(local.items), new, from_local=True)
+            else:
+                turn = await self._load(body, record, rid, new, cid)
+            turn.local = local
         except BaseException:
             if checking is not None:
                 checking.cancel()
@@ -321,6 +352,10 @@ class Responder:
         Redis does not answer (the reply is then an error: nothing was acknowledged)."""
         turn.done = True
         self._stop_keeper(turn)
+        if turn.local is not None and finished and not obj["store"]:
+            # kept nowhere else: the connection's chain goes on from here
+            turn.local.rid = turn.rid
+            turn.local.items = turn.history + turn.new + [without_logprobs(i) for i in items]
         added = False
         try:
             if turn.conversation is not None and finished:
@@ -332,8 +367,10 @@ class Responder:
                 )
                 added = True  # the same write released the conversation
             if obj["store"]:
+                # continued from an unstored response: its history is stored with its input
+                given = turn.history + turn.new if turn.from_local else turn.new
                 if not await self.store.save_response(
-                    turn.tenant, obj, turn.new, turn.lineage, turn.admitted_ms
+                    turn.tenant, obj, given, turn.lineage, turn.admitted_ms
                 ):
                     obj["store"] = False  # its tenant's objects were purged while it ran
         except Busy as exc:

@@ -1,13 +1,13 @@
 """The Responses API under /v1/responses: create (whole or streamed, continued by
-previous_response_id or on a conversation), retrieve, delete, and a response's input items. The
-work is zerolayer.gateway.responses' Responder, over the same request path as a chat
-completion."""
+previous_response_id or on a conversation; or turn by turn over a WebSocket), retrieve,
+delete, and a response's input items. The work is zerolayer.gateway.responses' Responder,
+over the same request path as a chat completion."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.responses import Response
 
 from zerolayer.conversations import new_id, page
@@ -23,6 +23,7 @@ from zerolayer.gateway.replies import (
     streamed_reply,
 )
 from zerolayer.gateway.response_bodies import CreateResponseRequest
+from zerolayer.gateway.response_socket import serve_socket
 
 __all__ = ["router"]
 
@@ -42,6 +43,13 @@ async def create(
     else:
         kept_object(request, "response", rid)
     return await responder.create(body, record, rid)
+
+
+@router.websocket("")
+async def connect(ws: WebSocket) -> None:
+    """The WebSocket mode: one connection, a `response.create` event per turn, each turn's
+    events back as messages (zerolayer.gateway.response_socket)."""
+    await serve_socket(ws, ws.app.state.responder, ws.app.state.parts.lookup_key)
 
 
 @router.get("/{response_id}", responses=json_reply(ResponseObject))
