@@ -4,11 +4,13 @@ owned by one tenant. The gateway's routes (gateway.responses, gateway.conversati
 callers."""
 
 from zerolayer.conversations.items import (
+    COMPACTION,
     ItemError,
     Page,
     assistant_item,
     call_item,
     check_outputs,
+    compactions,
     input_items,
     messages_of,
     new_id,
@@ -25,6 +27,7 @@ from zerolayer.conversations.store import (
 )
 
 __all__ = [
+    "COMPACTION",
     "Busy",
     "ConversationStore",
     "ItemError",
@@ -37,6 +40,7 @@ __all__ = [
     "assistant_item",
     "call_item",
     "check_outputs",
+    "compactions",
     "input_items",
     "messages_of",
     "new_id",

@@ -1,8 +1,9 @@
 """Items: the messages a response takes in and gives out, as the Responses and Conversations APIs
 show them ({"type": "message", "id", "status", "role", "content": [parts]}), function calls
 and their outputs ({"type": "function_call", "call_id", "name", "arguments"} and
-{"type": "function_call_output", "call_id", "output"}); what the model reads of them; and
-cursor pagination of item lists.
+{"type": "function_call_output", "call_id", "output"}), compaction items ({"type":
+"compaction", "id", "encrypted_content"}: a sealed summary of earlier turns, made by
+/v1/responses/compact); what the model reads of them; and cursor pagination of item lists.
 
 Text and function tools are served: another tool's call or output, an image, a file or audio
 in an input is a 400 naming what was sent, never dropped in silence."""
@@ -17,6 +18,7 @@ from zerolayer.errors import InvalidRequest
 from zerolayer.toolcalls import call_text, result_text
 
 __all__ = [
+    "COMPACTION",
     "ItemError",
     "Page",
     "new_id",
@@ -24,6 +26,7 @@ __all__ = [
     "assistant_item",
     "call_item",
     "check_outputs",
+    "compactions",
     "messages_of",
     "page",
     "item_text",
@@ -53,8 +56,10 @@ _TOOLISH = (
     "mcp_approval_request",
     "mcp_approval_response",
     "reasoning",
-    "compaction",
 )
+COMPACTION = "compaction"
+MAX_SEALED_CHARS = 65536  # a compaction item's encrypted_content (a summary is far shorter)
+SUMMARY_HEAD = "Summary of the earlier conversation:\n"  # how the model reads a compaction
 
 
 class ItemError(InvalidRequest):
@@ -126,6 +131,14 @@ def input_items(value: Any, param: str = "input") -> list[dict[str, Any]]:
             )
         if kind in ("function_call", "function_call_output"):
             out.append(_function_item(kind, item, where))
+            continue
+        if kind == COMPACTION:
+            sealed = _string(item, "encrypted_content", where, MAX_SEALED_CHARS)
+            given = item.get("id")
+            item_id = given if isinstance(given, str) and 0 < len(given) <= 128 else None
+            out.append(
+                {"type": COMPACTION, "id": item_id or new_id("cmp"), "encrypted_content": sealed}
+            )
             continue
         if kind == "item_reference":
             raise ItemError(
@@ -219,15 +232,25 @@ def item_text(item: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in item.get("content", []))
 
 
-def messages_of(items: list[dict[str, Any]]) -> list[dict[str, str]]:
+def compactions(items: list[dict[str, Any]]) -> list[int]:
+    """The places of the compaction items among `items`."""
+    return [i for i, it in enumerate(items) if it.get("type") == COMPACTION]
+
+
+def messages_of(
+    items: list[dict[str, Any]], summaries: dict[str, str] | None = None
+) -> list[dict[str, str]]:
     """What the model reads of stored items, one chat message each: a developer's message is
     a system message; a function call is the assistant's, written as the model writes calls;
-    its output is the user's, a tool response naming the function (zerolayer.toolcalls)."""
+    its output is the user's, a tool response naming the function (zerolayer.toolcalls); a
+    compaction is a system message with its summary (`summaries`: item id -> the opened text)."""
     names = {it["call_id"]: it["name"] for it in items if it.get("type") == "function_call"}
     out = []
     for it in items:
         kind = it.get("type", "message")
-        if kind == "function_call":
+        if kind == COMPACTION:
+            out.append({"role": "system", "content": SUMMARY_HEAD + (summaries or {})[it["id"]]})
+        elif kind == "function_call":
             out.append({"role": "assistant", "content": call_text(it["name"], it["arguments"])})
         elif kind == "function_call_output":
             told = result_text(names.get(it["call_id"]), it["output"])

@@ -29,6 +29,7 @@ __all__ = [
     "TenantObjects",
     "ChatCompletion",
     "ChunkList",
+    "CompactedObject",
     "Invoice",
     "InvoiceList",
     "KeyList",
@@ -128,6 +129,16 @@ class ResponseObject(_Reply):
     model: str
     output: list[dict[str, Any]]
     usage: dict[str, Any] | None
+
+
+class CompactedObject(_Reply):
+    """POST /v1/responses/compact: the user's messages, then one compaction item."""
+
+    id: str
+    object: Literal["response.compaction"]
+    created_at: int
+    output: list[dict[str, Any]]
+    usage: dict[str, Any]
 
 
 class ResponseDeleted(_Reply):

@@ -5,7 +5,7 @@ zerolayer.conversations.items."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -24,6 +24,7 @@ from zerolayer.gateway.schemas import (
 __all__ = [
     "Metadata",
     "CreateResponseRequest",
+    "CompactRequest",
     "CreateConversationRequest",
     "UpdateConversationRequest",
     "AddItemsRequest",
@@ -274,6 +275,44 @@ class CreateResponseRequest(_Body):
         """The conversation's id, given as a string or as {"id": ...}."""
         c = self.conversation
         return c if isinstance(c, str) or c is None else c.id
+
+
+class CompactRequest(_Body):
+    """POST /v1/responses/compact: the items to compact (an input, the history of a stored
+    response, or both). A field the specification does not define is a 400."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>' that summarises")
+    input: str | list[Any] | None = Field(
+        default=None, description="A text, or a list of items (after the previous response's)"
+    )
+    instructions: str | None = Field(
+        default=None, description="A system message the summary is written under"
+    )
+    previous_response_id: str | None = Field(
+        default=None, description="Compact this stored response's history too"
+    )
+    prompt_cache_key: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="Accepted (the cache is automatic)"
+    )
+    safety_identifier: str | None = Field(
+        default=None, max_length=MAX_ID_CHARS, description="Accepted, for the customer's records"
+    )
+    image: Any = not_served("image")
+    prompt_cache_options: Any = not_served("prompt_cache_options")
+    prompt_cache_retention: Any = not_served("prompt_cache_retention")
+    service_tier: Any = not_served("service_tier")
+    store: ClassVar[bool] = False  # a compaction stores nothing (not a field of the body)
+
+    @field_validator("image", "prompt_cache_options", "prompt_cache_retention", "service_tier")
+    @classmethod
+    def _served(cls, v: Any, info: Any) -> Any:
+        return check_not_served(info.field_name, v)
+
+    def conversation_id(self) -> None:
+        """A compaction is on no conversation (its items are given, or a response's)."""
+        return None
 
 
 class CreateConversationRequest(_Body):

@@ -31,6 +31,7 @@ from zerolayer.conversations import (
     Quota,
     QuotaExceeded,
     check_outputs,
+    compactions,
     input_items,
     messages_of,
     new_id,
@@ -48,7 +49,7 @@ from zerolayer.gateway.http import ClosingStream
 from zerolayer.gateway.limits import retried
 from zerolayer.gateway.meter import Call, status_of
 from zerolayer.gateway.pipeline import Answered, Ask, Opened, Pipeline
-from zerolayer.gateway.response_bodies import CreateResponseRequest
+from zerolayer.gateway.response_bodies import CompactRequest, CreateResponseRequest
 from zerolayer.gateway.response_objects import (
     ResponseShape,
     outcome,
@@ -60,6 +61,7 @@ from zerolayer.gateway.structured import instruction, json_constraint
 from zerolayer.gateway.tools import chosen, functions_of, tool_constraint, tool_prompt
 from zerolayer.protocol import Constraint, Delta, End, Failed, PromptInput
 from zerolayer.store.keys import ApiKeyRecord
+from zerolayer.store.signing import Signer
 
 __all__ = ["LocalChain", "Responder"]
 
@@ -91,6 +93,7 @@ class _Turn:
     admitted_ms: int = 0  # Redis's time of its admission (a tenant purge after it wins)
     keeper: asyncio.Task[None] | None = None  # renews the conversation's lease meanwhile
     local: LocalChain | None = None  # the connection's unstored chain (WebSocket mode)
+    summaries: dict[str, str] = field(default_factory=dict)  # its compaction items, opened
     from_local: bool = False  # its history is that chain's (stored nowhere)
 
 
@@ -110,6 +113,7 @@ class Responder:
         # gateway died is free again this long after
         self.lease_ms = int(pipeline.config.gateway.concurrency_lease_s * 1000)
         self.counts = TokenCounts()  # a long history's items, counted once
+        self.signer = Signer(store.client)  # seals and opens compaction items
 
     async def create(
         self,
@@ -123,7 +127,7 @@ class Responder:
         rid = rid or new_id("resp")
         try:
             # the stored history is read while the limits are checked (one round trip less)
-            loading = asyncio.ensure_future(self._turn(body, record, rid, local))
+            loading = asyncio.ensure_future(self.read_turn(body, record, rid, local))
             try:
                 call = await self.pipeline.begin(record, body.model, rid, "responses")
             except BaseException:
@@ -156,13 +160,15 @@ class Responder:
             turn.done = True
             self._release(turn)
 
-    async def _turn(
+    async def read_turn(
         self,
-        body: CreateResponseRequest,
+        body: CreateResponseRequest | CompactRequest,
         record: ApiKeyRecord,
         rid: str,
         local: LocalChain | None = None,
     ) -> _Turn:
+        """What a request continues and adds (its conversation held, when it is on one), its
+        compaction items opened; a 4xx for what cannot be continued or added."""
         cid = body.conversation_id()
         if cid is not None and body.previous_response_id is not None:
             raise InvalidRequest(
@@ -203,10 +209,26 @@ class Responder:
                     "input is missing: give a text or a list of items", param="input"
                 )
             check_outputs(turn.history, turn.new, "input")
+            turn.summaries = await self._opened(turn, body)
         except BaseException:
             self._release(turn)
             raise
         return turn
+
+    async def _opened(
+        self, turn: _Turn, body: CreateResponseRequest | CompactRequest
+    ) -> dict[str, str]:
+        """The summaries of a turn's compaction items (item id -> text); a 400 naming where
+        one came from when it does not open for the turn's tenant."""
+        came = "conversation" if turn.conversation is not None else "previous_response_id"
+        out = {}
+        for items, where in ((turn.history, lambda _: came), (turn.new, _sealed_at)):
+            for i in compactions(items):
+                item = items[i]
+                out[item["id"]] = await self.signer.unseal(
+                    turn.tenant, item["encrypted_content"], where(i), "a compaction item"
+                )
+        return out
 
     def _quota(self, record: ApiKeyRecord) -> Quota:
         """The storage quota of the key's tenant, from the key's plan."""
@@ -222,7 +244,7 @@ class Responder:
 
     async def _load(
         self,
-        body: CreateResponseRequest,
+        body: CreateResponseRequest | CompactRequest,
         record: ApiKeyRecord,
         rid: str,
         new: list[dict[str, Any]],
@@ -306,7 +328,8 @@ class Responder:
             body.model,
             turn.rid,
             "responses",
-            PromptInput(messages=head + messages_of(turn.history + turn.new)),  # one per item
+            # one message per item
+            PromptInput(messages=head + messages_of(turn.history + turn.new, turn.summaries)),
             max_tokens=body.max_output_tokens,
             temperature=body.temperature,
             top_p=body.top_p,
@@ -466,6 +489,10 @@ class Responder:
             await self._keep(turn, obj, items, finished=False)
         except (RedisError, APIError) as exc:
             log.warning("response %s not kept: %s", turn.rid, type(exc).__name__)
+
+
+def _sealed_at(i: int) -> str:
+    return f"input[{i}].encrypted_content"
 
 
 def _constraint(body: CreateResponseRequest) -> tuple[Constraint | None, str | None]:

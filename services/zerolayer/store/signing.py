@@ -5,7 +5,11 @@ A token is the payload (URL-safe base64) and an HMAC-SHA256 of the payload and i
 tenant and the filters of the list it pages) under a secret that every gateway replica shares:
 32 random bytes kept in Redis, made by whichever replica asks first (SET NX) and cached in each
 process. A token that was altered, made up, or made for another scope is refused with a 400;
-the payload is not secret (base64), only unforgeable."""
+the payload is not secret (base64), only unforgeable.
+
+A sealed token (seal/unseal) is secret too: AES-256-GCM under a key derived from the same
+secret, its scope (the tenant) as the associated data, so it opens only for the scope it was
+sealed for, and any change to it is refused (the compaction items of /v1/responses/compact)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import hmac
 import secrets
 
 import redis.asyncio as aioredis
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from zerolayer.errors import InvalidRequest
 from zerolayer.store import keyspace
@@ -23,6 +29,8 @@ from zerolayer.store import keyspace
 __all__ = ["Signer"]
 
 _TAG_BYTES = 16  # 128 bits of the HMAC: forging one is a 2^-128 guess
+_NONCE_BYTES = 12  # AES-GCM's nonce, random per seal (2^-96 chance of a repeat per pair)
+_SEALED = b"zerolayer sealed tokens v1"  # what the sealing key is derived for
 
 
 def _b64(data: bytes) -> str:
@@ -74,3 +82,28 @@ class Signer:
                 param=param,
             )
         return data.decode()
+
+    async def _cipher(self) -> AESGCM:
+        return AESGCM(hmac.new(await self._key(), _SEALED, hashlib.sha256).digest())
+
+    async def seal(self, scope: str, payload: str) -> str:
+        """A secret token carrying `payload`, that opens for `scope` only."""
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        box = (await self._cipher()).encrypt(nonce, payload.encode(), scope.encode())
+        return _b64(nonce + box)
+
+    async def unseal(self, scope: str, token: str, param: str, what: str) -> str:
+        """The payload of a token made by seal() for this scope; InvalidRequest (400 naming
+        `param`, saying it is not `what`) for anything else."""
+        try:
+            raw = _unb64(token)
+            data = (await self._cipher()).decrypt(
+                raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], scope.encode()
+            )
+            return data.decode()
+        except (binascii.Error, ValueError, InvalidTag, UnicodeDecodeError) as exc:
+            raise InvalidRequest(
+                f"{param} is not {what} that this platform made for this account: pass it "
+                "back unchanged, with a key of the same account",
+                param=param,
+            ) from exc

@@ -1,6 +1,6 @@
 """The Responses API under /v1/responses: create (whole or streamed, continued by
-previous_response_id or on a conversation; or turn by turn over a WebSocket), retrieve,
-delete, and a response's input items. The work is zerolayer.gateway.responses' Responder,
+previous_response_id or on a conversation; or turn by turn over a WebSocket), compact,
+retrieve, delete, and a response's input items. The work is zerolayer.gateway.responses' Responder,
 over the same request path as a chat completion."""
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ from fastapi.responses import Response
 
 from zerolayer.conversations import new_id, page
 from zerolayer.gateway.bodies import BodyRoute
+from zerolayer.gateway.compaction import compact
 from zerolayer.gateway.deps import ConversationsDep, CurrentKey, ModelKey, ResponderDep
 from zerolayer.gateway.http import Cursor, cursor, found
 from zerolayer.gateway.idempotency import kept_object, not_kept
 from zerolayer.gateway.replies import (
+    CompactedObject,
     ItemList,
     ResponseDeleted,
     ResponseObject,
     json_reply,
     streamed_reply,
 )
-from zerolayer.gateway.response_bodies import CreateResponseRequest
+from zerolayer.gateway.response_bodies import CompactRequest, CreateResponseRequest
 from zerolayer.gateway.response_socket import serve_socket
 
 __all__ = ["router"]
@@ -43,6 +45,15 @@ async def create(
     else:
         kept_object(request, "response", rid)
     return await responder.create(body, record, rid)
+
+
+@router.post("/compact", responses=json_reply(CompactedObject))
+async def compact_items(
+    body: CompactRequest, record: ModelKey, responder: ResponderDep
+) -> dict[str, Any]:
+    """Compact a conversation: its user messages and one sealed summary of everything
+    (zerolayer.gateway.compaction)."""
+    return await compact(responder, body, record)
 
 
 @router.websocket("")
