@@ -397,3 +397,31 @@ def test_the_openai_package_parses_structured_answers_and_tool_calls(
     response = client.responses.create(model="smollm2-135m", input="x", tools=RESPONSE_TOOLS)
     (fc,) = [o for o in response.output if o.type == "function_call"]
     assert fc.name == "get_weather" and json.loads(fc.arguments) == {"city": "Paris"}
+
+
+@pytest.mark.parametrize(
+    ("choice", "names"),
+    [
+        ("required", ["get_weather", "get_time"]),
+        ({"type": "function", "name": "get_time"}, ["get_time"]),
+    ],
+)
+def test_responses_required_and_named_choices_constrain_the_calls(
+    make_gateway: GatewayFactory, choice: Any, names: list[str]
+) -> None:
+    gw = make_gateway(engine=FakeEngine(CALL))
+    body = {
+        "model": "smollm2-135m",
+        "input": "Time?",
+        "tools": RESPONSE_TOOLS,
+        "tool_choice": choice,
+    }
+    r = gw.client.post("/v1/responses", headers=gw.auth, json=body)
+    assert r.status_code == 200, r.text
+    fmt = json.loads(gw.engine.specs[-1].constraint.spec)["format"]
+    assert fmt["at_least_one"]
+    assert [json.loads(t["begin"].split('"name": ')[1].split(",")[0]) for t in fmt["tags"]] == names
+    assert r.json()["tool_choice"] == choice
+    unknown = {**body, "tool_choice": {"type": "function", "name": "nope"}}
+    bad = gw.client.post("/v1/responses", headers=gw.auth, json=unknown)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tool_choice"

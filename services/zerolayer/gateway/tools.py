@@ -159,7 +159,8 @@ def chosen(choice: Any, functions: list[Function], param: str) -> str | None:
         if choice == "required" and not functions:
             raise InvalidRequest("tool_choice 'required' needs tools", param=param)
         return choice
-    name = choice.function.name
+    # a chat tool_choice names {"function": {"name"}}, a Responses one {"name"}
+    name = choice.name if hasattr(choice, "name") else choice.function.name
     if name not in {f.name for f in functions}:
         raise InvalidRequest(f"tool_choice names {name!r}, which is not a tool", param=param)
     return str(name)
