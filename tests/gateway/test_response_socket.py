@@ -14,6 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 from zerolayer.engines.fake import FakeEngine
+from zerolayer.errors import RateLimited
 from zerolayer.gateway import response_socket
 
 from tests.gateway.conftest import SCRIPT, Gateway, GatewayFactory
@@ -199,3 +200,28 @@ def test_http_get_of_the_socket_path_is_not_a_response(make_gateway: GatewayFact
     gw = make_gateway()
     r = httpx.get(gw.http() + "/responses", headers=gw.auth)
     assert r.status_code in (404, 405) and "error" in r.json()
+
+
+def test_sockets_are_capped_per_replica_and_per_key(make_gateway: GatewayFactory) -> None:
+    gw = make_gateway()
+    gw.app.state.sockets = response_socket.Sockets(1)  # a replica that takes one socket
+    with socket(gw) as ws:
+        with pytest.raises(InvalidStatus) as refused:
+            socket(gw).close()
+        assert refused.value.response.status_code == 503
+        assert json.loads(refused.value.response.body)["error"]["code"] == "too_many_sockets"
+        assert turn(ws, create())[-1]["type"] == "response.completed"  # the open one serves
+    # closed: its slot is free again
+    with socket(gw) as ws:
+        assert turn(ws, create())[-1]["type"] == "response.completed"
+    # per key: the plan's concurrent_requests
+    sockets = response_socket.Sockets(10)
+    record = gw.record()
+    sockets.take(record, 2)
+    sockets.take(record, 2)
+    with pytest.raises(RateLimited) as over:
+        sockets.take(record, 2)
+    assert over.value.code == "concurrent_sockets" and over.value.status_code == 429
+    sockets.give(record)
+    sockets.take(record, 2)
+    assert sockets.open == {record.key_id: 2}

@@ -30,6 +30,7 @@ from zerolayer.gateway.idempotency import Idempotency
 from zerolayer.gateway.meter import Meter
 from zerolayer.gateway.parts import GatewayParts
 from zerolayer.gateway.pipeline import Pipeline
+from zerolayer.gateway.response_socket import Sockets
 from zerolayer.gateway.responses import Responder
 from zerolayer.gateway.silence import SilenceMaps
 
@@ -111,6 +112,8 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app.include_router(routes.chunks.router)
     if parts.conversations is not None:
         app.state.responder = Responder(pipeline, parts.conversations)
+        # half the replica's request slots at most are held by WebSocket connections
+        app.state.sockets = Sockets(max(1, cfg.gateway.max_ongoing_requests // 2))
         app.include_router(routes.responses.router)
         app.include_router(routes.conversations.router)
     if parts.ledger is not None:

@@ -15,7 +15,12 @@ and the connection stays open; a key that is missing, unknown or revoked is refu
 handshake (HTTP 401 where the server can answer a handshake with a response, else close code
 1008). A connection lasts at most MAX_CONNECTION_S, as OpenAI's do, then ends with an `error`
 event `websocket_connection_limit_reached` and close code 1000. A client that leaves mid-turn
-is a client that left a streamed POST: what was delivered is stored and billed."""
+is a client that left a streamed POST: what was delivered is stored and billed.
+
+An open connection holds one of its gateway replica's request slots for its whole life, so a
+replica takes at most half its `gateway.max_ongoing_requests` in sockets (the rest stays for
+HTTP; over it the handshake is a 503), and one key at most its plan's `concurrent_requests`
+sockets on a replica (over it, a 429 `concurrent_sockets`)."""
 
 from __future__ import annotations
 
@@ -30,19 +35,54 @@ from fastapi.websockets import WebSocketDisconnect
 from pydantic import ValidationError
 
 from zerolayer.conversations import new_id
-from zerolayer.errors import APIError, InvalidRequest
+from zerolayer.errors import APIError, InvalidRequest, Overloaded, RateLimited
 from zerolayer.gateway.bodies import Unparsed, decode, validation_message
 from zerolayer.gateway.http import ClosingStream, KeyLookup, authorise, error_response
 from zerolayer.gateway.response_bodies import MAX_ID_CHARS, CreateResponseRequest
 from zerolayer.gateway.responses import LocalChain, Responder
 from zerolayer.store.keys import ApiKeyRecord
 
-__all__ = ["MAX_CONNECTION_S", "serve_socket"]
+__all__ = ["MAX_CONNECTION_S", "Sockets", "serve_socket"]
 
 log = logging.getLogger(__name__)
 
 MAX_CONNECTION_S = 3600.0  # OpenAI closes a Responses WebSocket after 60 minutes too
 _GONE = (WebSocketDisconnect, OSError, RuntimeError)  # how a send to a gone client fails
+
+
+class Sockets:
+    """The WebSocket connections open on this gateway replica, in all and per key."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self.open: dict[str, int] = {}
+
+    def take(self, record: ApiKeyRecord, per_key: int | None) -> None:
+        """Count a new connection of the key's, or refuse it (503 when the replica has its
+        most sockets open, 429 when the key has)."""
+        if sum(self.open.values()) >= self.most:
+            raise Overloaded(
+                f"this gateway replica has its most WebSocket connections open ({self.most}); "
+                "retry shortly, or send the turn as a POST",
+                5.0,
+                code="too_many_sockets",
+            )
+        mine = self.open.get(record.key_id, 0)
+        if per_key is not None and mine >= per_key:
+            raise RateLimited(
+                f"this key has {mine} WebSocket connections open, its plan's most at once; "
+                "close one, or send the turn as a POST",
+                5.0,
+                code="concurrent_sockets",
+            )
+        self.open[record.key_id] = mine + 1
+
+    def give(self, record: ApiKeyRecord) -> None:
+        left = self.open.get(record.key_id, 0) - 1
+        if left > 0:
+            self.open[record.key_id] = left
+        else:
+            self.open.pop(record.key_id, None)
 
 
 class _LimitReached(APIError):
@@ -145,6 +185,7 @@ async def serve_socket(
     ws: WebSocket,
     responder: Responder,
     lookup_key: KeyLookup,
+    sockets: Sockets,
     max_s: float | None = None,
 ) -> None:
     """Serve one WebSocket connection of the Responses API until the client closes it or its
@@ -152,12 +193,21 @@ async def serve_socket(
     max_s = MAX_CONNECTION_S if max_s is None else max_s
     try:
         record = await authorise(ws, lookup_key)
+        plan = responder.pipeline.config.plans.get(record.plan)
+        sockets.take(record, plan.limits.concurrent_requests if plan is not None else None)
     except APIError as exc:
         if "websocket.http.response" in ws.scope.get("extensions", {}):
             await ws.send_denial_response(error_response(exc))
         else:
             await ws.close(code=1008, reason=exc.message[:120])
         return
+    try:
+        await _serve(ws, responder, record, max_s)
+    finally:
+        sockets.give(record)
+
+
+async def _serve(ws: WebSocket, responder: Responder, record: ApiKeyRecord, max_s: float) -> None:
     await ws.accept()
     conn = _Connection(ws, responder, record)
     deadline = time.monotonic() + max_s

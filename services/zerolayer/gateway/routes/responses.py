@@ -60,7 +60,8 @@ async def compact_items(
 async def connect(ws: WebSocket) -> None:
     """The WebSocket mode: one connection, a `response.create` event per turn, each turn's
     events back as messages (zerolayer.gateway.response_socket)."""
-    await serve_socket(ws, ws.app.state.responder, ws.app.state.parts.lookup_key)
+    state = ws.app.state
+    await serve_socket(ws, state.responder, state.parts.lookup_key, state.sockets)
 
 
 @router.get("/{response_id}", responses=json_reply(ResponseObject))
