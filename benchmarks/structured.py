@@ -21,13 +21,16 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results" / "structured.json"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "structured.json"
+sys.path.insert(0, str(HERE))
+from live_overhead import ratio_fields  # noqa: E402
 
 
 def _words(item: dict[str, Any]) -> dict[str, Any]:
@@ -110,18 +113,14 @@ async def measure(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for schema in SCHEMAS:
         for streams in args.streams:
-            pairs = zip(tps[(schema, streams)], tps[("", streams)], strict=True)
-            ratios = [a / b for a, b in pairs]
             rows.append(
                 {
                     "engine": name,
                     "schema": schema,
                     "streams": streams,
-                    "median_ratio": round(statistics.median(ratios), 4),
-                    "min_ratio": round(min(ratios), 4),
-                    "max_ratio": round(max(ratios), 4),
-                    "median_tps_free": round(statistics.median(tps[("", streams)]), 1),
-                    "median_tps_constrained": round(statistics.median(tps[(schema, streams)]), 1),
+                    **ratio_fields(
+                        tps[(schema, streams)], tps[("", streams)], "constrained", "free"
+                    ),
                 }
             )
     return rows

@@ -54,6 +54,18 @@ def _client(platform: Platform) -> openai.OpenAI:
     return openai.OpenAI(api_key=platform.key, base_url=platform.base_url, max_retries=0)
 
 
+def _forced(tool: dict) -> dict:
+    """A Responses request that must call `tool` once, greedy."""
+    return {
+        "input": "What is the weather in Paris?",
+        "tools": [tool],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_output_tokens": 60,
+        "temperature": 0,
+    }
+
+
 def _checked(call: object, schema: dict) -> dict:
     args = json.loads(call.function.arguments)  # type: ignore[attr-defined]
     jsonschema.validate(args, schema)
@@ -178,15 +190,7 @@ def test_a_responses_round_trip_with_a_function_and_a_schema(platform: Platform)
     client = _client(platform)
     model = "smollm2-135m:dynamic"
     tool = {"type": "function", **WEATHER["function"]}
-    first = client.responses.create(
-        model=model,
-        input="What is the weather in Paris?",
-        tools=[tool],
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_output_tokens=60,
-        temperature=0,
-    )
+    first = client.responses.create(model=model, **_forced(tool))
     (call,) = [o for o in first.output if o.type == "function_call"][:1]
     jsonschema.validate(json.loads(call.arguments), WEATHER["function"]["parameters"])
     second = client.responses.create(
@@ -207,3 +211,57 @@ def test_a_responses_round_trip_with_a_function_and_a_schema(platform: Platform)
         temperature=0,
     )
     assert isinstance(parsed.output_parsed, City)
+
+
+def test_a_websocket_tool_round_trip_then_a_compaction(platform: Platform) -> None:
+    """WebSocket mode through the platform's proxy (HAProxy, Ray Serve's proxy, the gateway):
+    a forced call, its output sent back on the same socket continuing an unstored response,
+    then the chain compacted and continued from the compacted output."""
+    client = _client(platform)
+    model = "smollm2-135m:baseline"
+    tool = {"type": "function", **WEATHER["function"]}
+
+    def until_done(conn: object) -> list[object]:
+        out = []
+        for ev in conn:  # type: ignore[attr-defined]
+            out.append(ev)
+            if ev.type in ("response.completed", "response.incomplete", "response.failed"):
+                return out
+            assert ev.type != "error", ev
+        raise AssertionError("the socket closed before the turn ended")
+
+    with client.responses.connect() as conn:
+        conn.response.create(model=model, store=False, **_forced(tool))
+        first = until_done(conn)
+        kinds = [ev.type for ev in first]  # type: ignore[attr-defined]
+        assert "response.function_call_arguments.delta" in kinds
+        done = first[-1].response  # type: ignore[attr-defined]
+        (call,) = [o for o in done.output if o.type == "function_call"][:1]
+        jsonschema.validate(json.loads(call.arguments), WEATHER["function"]["parameters"])
+        conn.response.create(
+            model=model,
+            previous_response_id=done.id,  # not stored: the socket keeps it
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18 C"}],
+            tools=[tool],
+            tool_choice="none",
+            max_output_tokens=30,
+            temperature=0,
+            store=False,
+        )
+        second = until_done(conn)[-1].response  # type: ignore[attr-defined]
+    assert second.status in ("completed", "incomplete") and second.output_text
+    history = [
+        {"role": "user", "content": "My name is Alice and I live in Lyon."},
+        {"role": "assistant", "content": "Nice to meet you, Alice."},
+    ]
+    compacted = client.responses.compact(model=model, input=history)  # type: ignore[arg-type]
+    assert [o.type for o in compacted.output] == ["message", "compaction"]
+    assert compacted.usage.output_tokens >= 1
+    items = [o.to_dict(warnings=False) for o in compacted.output]
+    after = client.responses.create(
+        model=model,
+        input=items + [{"role": "user", "content": "Where do I live?"}],  # type: ignore[arg-type]
+        max_output_tokens=20,
+        temperature=0,
+    )
+    assert after.status in ("completed", "incomplete") and after.output_text

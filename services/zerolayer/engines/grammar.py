@@ -24,8 +24,6 @@ from zerolayer.protocol import Constraint, TokenLogprob, TopLogprob
 
 __all__ = ["Grammars", "Guide", "Vocabulary", "token_logprobs", "check_constraint"]
 
-MAX_TOP_LOGPROBS = 20
-
 log = logging.getLogger(__name__)
 
 
@@ -83,25 +81,28 @@ def entries(
     return out or None
 
 
-def _schema_text(c: Constraint) -> str:
-    return c.spec if c.kind == "json_schema" else ""
+def _grammar(c: Constraint) -> Any:
+    """The grammar of a constraint (no tokenizer needed); InvalidRequest when it cannot be
+    built."""
+    xgr = _xgr()
+    try:
+        if c.kind == "json_object":
+            return xgr.Grammar.builtin_json_grammar()
+        if c.kind == "json_schema":
+            return xgr.Grammar.from_json_schema(c.spec, any_whitespace=False, strict_mode=True)
+        if c.kind == "structural_tag":
+            return xgr.Grammar.from_structural_tag(c.spec)
+        if c.kind == "regex":
+            return xgr.Grammar.from_regex(c.spec)
+    except (RuntimeError, ValueError) as exc:
+        raise InvalidRequest(f"the grammar cannot be built: {_first_line(exc)}") from None
+    raise InvalidRequest(f"unknown constraint kind {c.kind!r}")
 
 
 def check_constraint(c: Constraint) -> None:
     """Raise InvalidRequest when the constraint cannot compile (checked without a tokenizer,
     as the gateway does before a request is sent to a tier)."""
-    xgr = _xgr()
-    try:
-        if c.kind == "json_schema":
-            xgr.Grammar.from_json_schema(c.spec)
-        elif c.kind == "structural_tag":
-            xgr.Grammar.from_structural_tag(c.spec)
-        elif c.kind == "regex":
-            xgr.Grammar.from_regex(c.spec)
-        elif c.kind != "json_object":
-            raise InvalidRequest(f"unknown constraint kind {c.kind!r}")
-    except (RuntimeError, ValueError) as exc:
-        raise InvalidRequest(f"the grammar cannot be built: {_first_line(exc)}") from None
+    _grammar(c)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -124,11 +125,24 @@ def apply_masks(logits: torch.Tensor, masks: torch.Tensor, rows: list[int]) -> N
 
 class Guide:
     """One request's grammar state: mask(logits) (or fill(bitmask, row) for a batch) before a
-    token, advance(token) after it."""
+    token, advance(token) after it; or offer(token) first, which takes a token the grammar
+    allows without computing a mask at all (a mask is then needed only when it refuses)."""
 
     def __init__(self, matcher: Any, vocab_size: int):
         self._matcher = matcher
         self._mask = bitmask(1, vocab_size)
+        self._taken = False  # offer() took the token that advance() is told of next
+
+    def offer(self, token: int) -> bool:
+        """Take `token` if the grammar allows it next (True); otherwise nothing changes
+        (False), and the token must be chosen again from the masked logits. A token drawn from
+        the unmasked distribution and kept only when allowed, else drawn again from the masked
+        one, has exactly the masked distribution (and a greedy pick is the masked argmax), as
+        long as nothing else (top_p) depends on which tokens the mask keeps."""
+        if self._matcher.accept_token(token):
+            self._taken = True
+            return True
+        return False
 
     def fill(self, masks: torch.Tensor, row: int) -> None:
         """Write the tokens the grammar allows next into row `row` of a batch's bitmask."""
@@ -145,7 +159,9 @@ class Guide:
         """Take the sampled token; True when the output ends there: the grammar is complete,
         or it refused the token (it cannot, having masked the others; the request then ends
         rather than go on unconstrained)."""
-        if not self._matcher.accept_token(token):
+        if self._taken:
+            self._taken = False
+        elif not self._matcher.accept_token(token):
             log.warning("the grammar refused token %d it allowed; the output ends", token)
             return True
         return bool(self._matcher.is_terminated())
@@ -165,20 +181,11 @@ class Grammars:
 
     def compile(self, c: Constraint) -> Any:
         """The compiled grammar; InvalidRequest when it cannot be built."""
+        grammar = _grammar(c)
         try:
-            if c.kind == "json_object":
-                return self.compiler.compile_builtin_json_grammar()
-            if c.kind == "json_schema":
-                return self.compiler.compile_json_schema(
-                    _schema_text(c), any_whitespace=False, strict_mode=True
-                )
-            if c.kind == "structural_tag":
-                return self.compiler.compile_structural_tag(c.spec)
-            if c.kind == "regex":
-                return self.compiler.compile_regex(c.spec)
+            return self.compiler.compile_grammar(grammar)
         except (RuntimeError, ValueError) as exc:
             raise InvalidRequest(f"the grammar cannot be built: {_first_line(exc)}") from None
-        raise InvalidRequest(f"unknown constraint kind {c.kind!r}")
 
     def guide(self, c: Constraint) -> Guide:
         """A fresh grammar state for one request."""

@@ -132,7 +132,14 @@ class TorchEngine:
         # held while a request is queued and while a failed loop drains the queue, so no
         # request can be queued unseen after the loop died
         self._queue_lock = threading.Lock()
-        self.counters = {"requests": 0, "steps": 0, "prefills": 0, "generated": 0, "max_batch": 0}
+        self.counters = {
+            "requests": 0,
+            "steps": 0,
+            "prefills": 0,
+            "generated": 0,
+            "max_batch": 0,
+            "masks": 0,  # grammar masks computed (rows; a token the grammar takes needs none)
+        }
         self.live_thresholds = live_thresholds
         self.set_sample_rate(live_sample_rate)
         self.job_defer_s = job_defer_s
@@ -430,26 +437,41 @@ class TorchEngine:
         # that asked; then each constrained row masked to its grammar, all in one pass
         want = [j for j, r in enumerate(running) if r.spec.logprobs is not None]
         logp = torch.log_softmax(logits[want].float(), -1) if want else None
+        # a constrained row offers its grammar the token it picks unmasked and is masked only
+        # when the grammar refuses it (Guide.offer: the same distribution); rows sampled with
+        # top_p are masked first (top_p's nucleus depends on the mask)
         guided = [j for j, r in enumerate(running) if r.guide is not None]
+        first = [j for j in guided if _masked_first(running[j])]
         if guided:
             logits = logits.float()
-            if self._masks is None or self._masks.shape[0] < len(running):
-                self._masks = bitmask(self.max_num_seqs, self.model.shape.vocab)
-            for j in guided:
-                guide = running[j].guide
-                assert guide is not None
-                guide.fill(self._masks, j)
-            apply_masks(logits, self._masks, guided)
+        if first:
+            self._mask_rows(running, logits, first)
         greedy = logits.argmax(-1).tolist()
         rows = {j: n for n, j in enumerate(want)}
         for j, req in enumerate(running):
             req.position += 1
             tok = int(greedy[j] if req.generator is None else self._sample(req, logits[j]))
+            if req.guide is not None and j not in first and not req.guide.offer(tok):
+                self._mask_rows(running, logits, [j])
+                tok = int(
+                    logits[j].argmax() if req.generator is None else self._sample(req, logits[j])
+                )
             lp = None
             if logp is not None and j in rows:
                 assert self.grammars is not None and req.spec.logprobs is not None
                 lp = entries(self.grammars.vocab, logp[rows[j]][None], [tok], req.spec.logprobs)
             self._emit(req, tok, lp)
+
+    def _mask_rows(self, running: list[_Request], logits: torch.Tensor, rows: list[int]) -> None:
+        """Set the tokens each of these rows' grammar forbids next to -inf (in place)."""
+        if self._masks is None or self._masks.shape[0] < len(running):
+            self._masks = bitmask(self.max_num_seqs, self.model.shape.vocab)
+        self.counters["masks"] += len(rows)
+        for j in rows:
+            guide = running[j].guide
+            assert guide is not None
+            guide.fill(self._masks, j)
+        apply_masks(logits, self._masks, rows)
 
     def _drop(self, running: list[_Request], cache: Any) -> list[_Request]:
         """Remove finished and cancelled sequences, moving the last slot into each hole."""
@@ -470,9 +492,13 @@ class TorchEngine:
         sampled or greedy; with its log-probabilities when the request asked for them (of the
         model's own distribution: before the mask and the temperature)."""
         raw = logits
-        if req.guide is not None:
+        if req.guide is not None and _masked_first(req):
+            self.counters["masks"] += 1
             logits = req.guide.mask(logits.float().cpu().clone())
         token = self._sample(req, logits)
+        if req.guide is not None and not _masked_first(req) and not req.guide.offer(token):
+            self.counters["masks"] += 1
+            token = self._sample(req, req.guide.mask(logits.float().cpu().clone()))
         lp = None
         if req.spec.logprobs is not None:
             assert self.grammars is not None
@@ -516,6 +542,12 @@ class TorchEngine:
             req.finished = True
         first = len(req.output) == 1
         req.send(TokenDelta(new, [token], finish, req.queue_s if first else None, None, logprobs))
+
+
+def _masked_first(req: _Request) -> bool:
+    """Whether a constrained request's logits are masked before its token is picked: when it
+    samples with top_p (else its pick is offered to the grammar first, Guide.offer)."""
+    return req.generator is not None and req.spec.top_p < 1.0
 
 
 def _settle(job: _Job, result: Any, exc: BaseException | None) -> None:
