@@ -296,16 +296,12 @@ class CompactRequest(_Body):
     prompt_cache_key: str | None = Field(
         default=None, max_length=MAX_ID_CHARS, description="Accepted (the cache is automatic)"
     )
-    safety_identifier: str | None = Field(
-        default=None, max_length=MAX_ID_CHARS, description="Accepted, for the customer's records"
-    )
-    image: Any = not_served("image")
     prompt_cache_options: Any = not_served("prompt_cache_options")
     prompt_cache_retention: Any = not_served("prompt_cache_retention")
     service_tier: Any = not_served("service_tier")
     store: ClassVar[bool] = False  # a compaction stores nothing (not a field of the body)
 
-    @field_validator("image", "prompt_cache_options", "prompt_cache_retention", "service_tier")
+    @field_validator("prompt_cache_options", "prompt_cache_retention", "service_tier")
     @classmethod
     def _served(cls, v: Any, info: Any) -> Any:
         return check_not_served(info.field_name, v)

@@ -60,7 +60,6 @@ NOT_SERVED: dict[str, tuple[tuple[Any, ...], str]] = {
     "context_management": ((None,), "context management is not served: use truncation"),
     "prompt": ((None,), "stored prompt templates are not served"),
     "max_tool_calls": ((None, 1), "only max_tool_calls 1 (one call) is served"),
-    "image": ((None,), "image options are not served: the models read text"),
     "stream_options": ((None, {}, {"include_obfuscation": False}), "obfuscation is not served"),
 }
 
