@@ -94,6 +94,7 @@ def test_chat_completion_returns_the_engine_text_and_exact_usage(gateway: Gatewa
         "prompt_tokens": prompt_tokens,
         "completion_tokens": len(SCRIPT),
         "total_tokens": prompt_tokens + len(SCRIPT),
+        "prompt_tokens_details": {"cached_tokens": 0},  # the scripted engine caches nothing
     }
     assert r.headers["x-request-id"] == body["id"]
 

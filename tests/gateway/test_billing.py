@@ -228,3 +228,34 @@ def test_a_client_gone_from_a_whole_answer_stops_the_engine_and_is_billed_what_r
     assert data["status"] == "client_disconnect" and data["prompt_tokens"] > 0
     assert 5 <= data["completion_tokens"] < 60, data
     assert int(data["cost_nanos"]) > 0
+
+
+def test_prefix_cache_hits_are_reported_and_billed_at_the_cached_price(
+    make_gateway: GatewayFactory,
+) -> None:
+    gw = make_gateway(engine=FakeEngine(SCRIPT, cached=5))
+    whole = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)
+    streamed = gw.client.post(
+        "/v1/chat/completions",
+        headers=gw.auth,
+        json={**CHAT, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    resp = gw.client.post(
+        "/v1/responses", headers=gw.auth, json={"model": CHAT["model"], "input": "Hi"}
+    )
+    assert whole.status_code == streamed.status_code == resp.status_code == 200
+    shown = [
+        whole.json()["usage"],
+        sse_events(streamed.text)[-2]["usage"],  # the usage chunk, before [DONE]
+    ]
+    for usage in shown:
+        assert usage["prompt_tokens_details"] == {"cached_tokens": 5}
+    assert resp.json()["usage"]["input_tokens_details"]["cached_tokens"] == 5
+    gw.billed()
+    for r in (whole, streamed):
+        data = gw.event(r.headers["x-request-id"])["data"]
+        assert data["cached_prompt_tokens"] == 5
+        price = gw.app.state.parts.config.plans[data["plan"]].prices[data["tier"]]
+        assert price.cached < price.prompt_per_1k  # the plan's cached price is lower
+        assert data["cost_nanos"] == price.nanos(data["prompt_tokens"], len(SCRIPT), 5)
+        assert data["cost_nanos"] < price.nanos(data["prompt_tokens"], len(SCRIPT))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -21,6 +21,7 @@ __all__ = [
 
 NANOS_PER_USD = 10**9  # money is counted in integer nano-dollars everywhere
 _PER_TOKEN = Decimal(NANOS_PER_USD) / 1000  # nanos per token for a price of 1 USD per 1K
+_NANO_PER_1K = 1 / _PER_TOKEN  # a price of one nano-dollar per token, in USD per 1K
 
 
 def usd_nanos(usd: Decimal) -> int:
@@ -61,7 +62,7 @@ class TierPrice(Strict):
         default=None,
         ge=0,
         description="USD per 1K prompt tokens the engine served from its prefix cache; "
-        "default: the prompt price",
+        "default: a tenth of the prompt price",
     )
 
     @field_validator("prompt_per_1k", "completion_per_1k", "cached_prompt_per_1k", mode="before")
@@ -77,10 +78,11 @@ class TierPrice(Strict):
 
     @property
     def cached(self) -> Decimal:
-        """The price of a cached prompt token's thousand (the prompt price if none is set)."""
-        return (
-            self.prompt_per_1k if self.cached_prompt_per_1k is None else self.cached_prompt_per_1k
-        )
+        """The price of a cached prompt token's thousand: as set, else a tenth of the prompt
+        price (as OpenAI bills a cached read), rounded to the nano-dollar per token."""
+        if self.cached_prompt_per_1k is not None:
+            return self.cached_prompt_per_1k
+        return (self.prompt_per_1k / 10).quantize(_NANO_PER_1K, rounding=ROUND_HALF_UP)
 
     def nanos(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
         """The exact cost of a request in nano-dollars (1e-9 USD); `cached_tokens` of the

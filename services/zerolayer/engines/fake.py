@@ -27,9 +27,11 @@ class FakeEngine:
         delay_s: float = 0.0,
         fail_after: int | None = None,
         queue_s: float | None = None,
+        cached: int | None = None,
     ):
         self.script = script or ["Hello", ",", " world", "!"]
         self.queue_s = queue_s  # the queue wait it reports (None: it reports none)
+        self.cached = cached  # the prompt tokens it reports from a prefix cache (None: none)
         self.delay_s = delay_s
         self.fail_after = fail_after
         self.started = False
@@ -54,11 +56,14 @@ class FakeEngine:
                     await asyncio.sleep(self.delay_s)
                 last = i == n - 1
                 queued = self.queue_s if i == 0 else None
+                hits = None
+                if i == 0 and self.cached is not None:
+                    hits = min(self.cached, len(spec.prompt_token_ids))
                 lp = (
                     None if spec.logprobs is None else [_scripted(self.script[i], i, spec.logprobs)]
                 )
                 yield TokenDelta(
-                    self.script[i], [1000 + i], finish if last else None, queued, None, lp
+                    self.script[i], [1000 + i], finish if last else None, queued, hits, lp
                 )
             done = True
         finally:

@@ -69,9 +69,10 @@ class Call:
             return prompt, completion
         return prompt + self.job.prompt_used, completion + self.job.completion_used
 
-    def usage(self, prompt: int, completion: int) -> dict[str, int]:
-        """Usage as the reply reports it: billed tokens, map-reduce calls included."""
-        return usage(*self.billed(prompt, completion))
+    def usage(self, prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+        """Usage as the reply reports it: billed tokens, map-reduce calls included; `cached`
+        of the prompt's from the prefix cache."""
+        return usage(*self.billed(prompt, completion), cached)
 
 
 class Meter:

@@ -27,11 +27,14 @@ def sse(data: dict[str, Any] | str) -> bytes:
 DONE = sse("[DONE]")  # a stream's terminal frame
 
 
-def usage(prompt: int, completion: int) -> dict[str, int]:
+def usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object: `cached` of the prompt tokens came from the tier's prefix cache
+    (billed at the plan's cached price)."""
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
     }
 
 
@@ -123,7 +126,7 @@ class Shape:
                 finish = "tool_calls" if finish == "stop" else finish
         return {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
 
-    def final(self, ends: list[End], usage: dict[str, int]) -> dict[str, Any]:
+    def final(self, ends: list[End], usage: dict[str, Any]) -> dict[str, Any]:
         """The whole answer: one choice per End."""
         obj = "chat.completion" if self.chat else "text_completion"
         return self._frame(obj, [self._choice(i, e) for i, e in enumerate(ends)], usage=usage)
@@ -201,7 +204,7 @@ class Shape:
             return "tool_calls"
         return finish
 
-    def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
+    def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return self._frame(obj, [], usage=usage)
 
@@ -213,14 +216,14 @@ async def sse_stream(
     include_usage: bool,
     on_token: Callable[[], None],
     on_end: Callable[..., None],
-    report: Callable[[int, int], dict[str, int]] = usage,
+    report: Callable[[int, int, int], dict[str, Any]] = usage,
 ) -> AsyncIterator[bytes]:
     """SSE frames of one request. on_token() is called at the first generated token;
     on_end(prompt, completion, end, failed) exactly once, with the tokens delivered (a delta
     counts once its frame was handed on), the replica's End (its queue wait and latencies; None
     if it did not end) and whether the tier failed, however the stream ends: finished, failed,
     or the client gone. A replica that breaks off (its process died) is reported in-band like a
-    failure. report(prompt, completion) makes the usage chunk."""
+    failure. report(prompt, completion, cached) makes the usage chunk."""
     prompt_tokens = first.prompt_tokens
     completion = 0
     done: dict[int, End] = {}  # the choices that ended
@@ -251,7 +254,8 @@ async def sse_stream(
                     completion = sum(e.completion_tokens for e in done.values())
                     ended = dataclasses.replace(ev, completion_tokens=completion)
                     if include_usage:
-                        yield sse(shape.usage_chunk(report(prompt_tokens, completion)))
+                        cached = ev.cached_tokens
+                        yield sse(shape.usage_chunk(report(prompt_tokens, completion, cached)))
                 elif isinstance(ev, Failed):
                     # Status 200 is already sent: report in-band, then end the stream properly.
                     failed = True

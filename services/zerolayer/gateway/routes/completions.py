@@ -44,7 +44,8 @@ def http_answer(
     if isinstance(answer, Answered):
         end = answer.end
         reply = shape.final(
-            answer.choices or [end], call.usage(end.prompt_tokens, end.completion_tokens)
+            answer.choices or [end],
+            call.usage(end.prompt_tokens, end.completion_tokens, end.cached_tokens),
         )
         if call.job is not None:
             reply["zerolayer_summary"] = call.job.usage()
