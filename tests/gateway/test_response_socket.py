@@ -178,7 +178,9 @@ def test_a_client_that_leaves_mid_turn_is_billed_what_was_delivered(
     assert stored.incomplete_details is not None
     assert stored.incomplete_details.reason == "client_disconnected"
     billed = gw.event(rid)["data"]["completion_tokens"]
-    assert 1 <= billed < len(SCRIPT) * 50 and stored.usage is not None
+    assert billed >= 1  # some tokens were delivered
+    assert billed < len(SCRIPT) * 50  # not the whole answer
+    assert stored.usage is not None
     assert stored.usage.output_tokens == billed
 
 

@@ -15,6 +15,7 @@ from zerolayer.gateway.schemas import (
     FunctionDefinition,
     FunctionName,
     JSONSchemaFormat,
+    RequestBody,
     ResponseFormat,
     TopLogprobs,
     check_not_served,
@@ -277,11 +278,9 @@ class CreateResponseRequest(_Body):
         return c if isinstance(c, str) or c is None else c.id
 
 
-class CompactRequest(_Body):
+class CompactRequest(RequestBody):
     """POST /v1/responses/compact: the items to compact (an input, the history of a stored
     response, or both). A field the specification does not define is a 400."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>' that summarises")
     input: str | list[Any] | None = Field(
@@ -300,11 +299,6 @@ class CompactRequest(_Body):
     prompt_cache_retention: Any = not_served("prompt_cache_retention")
     service_tier: Any = not_served("service_tier")
     store: ClassVar[bool] = False  # a compaction stores nothing (not a field of the body)
-
-    @field_validator("prompt_cache_options", "prompt_cache_retention", "service_tier")
-    @classmethod
-    def _served(cls, v: Any, info: Any) -> Any:
-        return check_not_served(info.field_name, v)
 
     def conversation_id(self) -> None:
         """A compaction is on no conversation (its items are given, or a response's)."""

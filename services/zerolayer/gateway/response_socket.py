@@ -32,11 +32,10 @@ from typing import Any
 
 from fastapi import WebSocket
 from fastapi.websockets import WebSocketDisconnect
-from pydantic import ValidationError
 
 from zerolayer.conversations import new_id
 from zerolayer.errors import APIError, InvalidRequest, Overloaded, RateLimited
-from zerolayer.gateway.bodies import Unparsed, decode, validation_message
+from zerolayer.gateway.bodies import Unparsed, decode, validated
 from zerolayer.gateway.http import ClosingStream, KeyLookup, authorise, error_response
 from zerolayer.gateway.response_bodies import MAX_ID_CHARS, CreateResponseRequest
 from zerolayer.gateway.responses import LocalChain, Responder
@@ -128,12 +127,7 @@ def create_event(text: str) -> tuple[CreateResponseRequest, str | None]:
             "itself; only true is accepted",
             param="generate",
         )
-    try:
-        body = CreateResponseRequest.model_validate({**data, "stream": True})
-    except ValidationError as exc:
-        message, param = validation_message([dict(e) for e in exc.errors()])
-        raise InvalidRequest(message, param=param) from exc
-    return body, lane
+    return validated({**data, "stream": True}, CreateResponseRequest), lane
 
 
 def _data_of(frame: bytes) -> bytes | None:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "RequestBody",
     "StreamOptions",
     "ResponseFormat",
     "ChatMessage",
@@ -87,7 +88,7 @@ def check_not_served(name: str, value: Any) -> Any:
     return value
 
 
-class _Request(_Body):
+class RequestBody(_Body):
     """A top-level request body: a field OpenAI's API does not define is a 400, as OpenAI
     answers; OpenAI's fields the tiers cannot honour are accepted only with the values that
     ask for nothing (NOT_SERVED)."""
@@ -236,7 +237,7 @@ class ResponseFormat(_Body):
         return self
 
 
-class _Sampling(_Request):
+class _Sampling(RequestBody):
     model: str = Field(min_length=1, description="'<model>' or '<model>:<tier>'")
     max_tokens: MaxTokens | None = Field(default=None, description="Upper bound of new tokens")
     temperature: float = Field(

@@ -47,6 +47,7 @@ class Signer:
     def __init__(self, client: aioredis.Redis):
         self.client = client
         self._secret: bytes | None = None
+        self._aes: AESGCM | None = None  # the sealing cipher, from the secret once
 
     async def _key(self) -> bytes:
         if self._secret is None:
@@ -84,7 +85,9 @@ class Signer:
         return data.decode()
 
     async def _cipher(self) -> AESGCM:
-        return AESGCM(hmac.new(await self._key(), _SEALED, hashlib.sha256).digest())
+        if self._aes is None:
+            self._aes = AESGCM(hmac.new(await self._key(), _SEALED, hashlib.sha256).digest())
+        return self._aes
 
     async def seal(self, scope: str, payload: str) -> str:
         """A secret token carrying `payload`, that opens for `scope` only."""

@@ -492,11 +492,13 @@ class TorchEngine:
         sampled or greedy; with its log-probabilities when the request asked for them (of the
         model's own distribution: before the mask and the temperature)."""
         raw = logits
-        if req.guide is not None and _masked_first(req):
+        first = req.guide is not None and _masked_first(req)
+        if first:
+            assert req.guide is not None
             self.counters["masks"] += 1
             logits = req.guide.mask(logits.float().cpu().clone())
         token = self._sample(req, logits)
-        if req.guide is not None and not _masked_first(req) and not req.guide.offer(token):
+        if req.guide is not None and not first and not req.guide.offer(token):
             self.counters["masks"] += 1
             token = self._sample(req, req.guide.mask(logits.float().cpu().clone()))
         lp = None
