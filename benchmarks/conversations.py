@@ -13,6 +13,17 @@ request's latency. Prints p50/p99 per round and the median of the per-round rati
 stateful/stateless (with their spread); writes benchmarks/results/conversations.json.
 
   .venv/bin/python benchmarks/conversations.py [--repeats 5] [--requests 320] [--turns 6]
+
+With --cache it measures instead what the prefix cache gives a conversation, on an engine in
+this process (the torch engine, or --engine vllm): a six-turn chat (a system prompt, questions,
+the model's own greedy answers of up to --answer tokens, templated as the gateway does) run
+turn by turn under one cache salt per round. At every turn it reports the share of the prompt's
+tokens read from the prefix cache, and the time to the first token of that turn (warm) against
+the same prompt under a salt never seen (cold: nothing cached, the same engine and code path),
+the two in a shuffled order; median ratio warm/cold and spread over --repeats rounds; writes
+benchmarks/results/conversations-cache.json.
+
+  .venv/bin/python benchmarks/conversations.py --cache [--engine torch] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -23,12 +34,26 @@ import json
 import random
 import statistics
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from gateway import SCRIPT, fake_config, pct
 
 RESULTS = Path(__file__).resolve().parent / "results" / "conversations.json"
+CACHE_RESULTS = RESULTS.with_name("conversations-cache.json")
+SYSTEM = (
+    "You are a patient geography tutor. Answer each question in two or three plain sentences, "
+    "and connect it to what was said before when you can."
+)
+QUESTIONS = [
+    "Where does the river Nile begin?",
+    "Which countries does it flow through?",
+    "Why was it important to ancient Egypt?",
+    "How does the Aswan dam change its floods?",
+    "What other long rivers are in Africa?",
+    "Which of them carries the most water?",
+]
 MODEL = "smollm2-135m:baseline"
 QUESTION = "And what follows from that, in a few words?"
 
@@ -108,16 +133,145 @@ async def load(
     return latencies
 
 
+async def _first(engine: Any, ids: list[int], tokens: int, salt: str) -> tuple[float, int, str]:
+    """Time to the first token (s), the prompt tokens read from the cache, and the answer."""
+    from zerolayer.protocol import SamplingSpec
+
+    t0 = time.perf_counter()
+    ttft, cached, text = 0.0, 0, ""
+    async for d in engine.generate(
+        SamplingSpec(uuid.uuid4().hex, ids, tokens, 0.0, cache_salt=salt)
+    ):
+        if not ttft:
+            ttft, cached = time.perf_counter() - t0, d.cached_tokens or 0
+        text += d.text
+    return ttft, cached, text
+
+
+async def measure_cache(args: argparse.Namespace) -> dict[str, Any]:
+    from zerolayer.config import load_config
+    from zerolayer.models.importer import ensure_model
+    from zerolayer.tokenfix.prompt import PromptBuilder
+
+    cfg = load_config()
+    model_dir = ensure_model(cfg, cfg.default_model)
+    prompts = PromptBuilder(model_dir)
+    if args.engine == "torch":
+        from zerolayer.engines.torch_engine import TorchEngine
+
+        engine: Any = TorchEngine(str(model_dir), max_model_len=2048, max_num_seqs=4)
+    else:
+        from zerolayer.engines.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(str(model_dir), max_model_len=2048, kv_cache_gib=2, max_num_seqs=4)
+    await engine.start()
+    rng = random.Random(args.seed)
+    turns = len(QUESTIONS)
+    rows: list[dict[str, Any]] = []
+    try:
+        for rnd in range(args.repeats + 1):
+            salt = uuid.uuid4().hex  # each round's conversation starts with nothing cached
+            messages = [{"role": "system", "content": SYSTEM}]
+            row: dict[str, Any] = {"turns": []}
+            for t in range(turns):
+                messages.append({"role": "user", "content": QUESTIONS[t]})
+                ids = prompts.chat(messages)
+                order = ["warm", "cold"]
+                rng.shuffle(order)
+                got: dict[str, tuple[float, int, str]] = {}
+                for mode in order:
+                    cold = mode == "cold"
+                    tokens = 1 if cold else args.answer
+                    got[mode] = await _first(
+                        engine, ids, tokens, uuid.uuid4().hex if cold else salt
+                    )
+                (warm_s, cached, answer), cold_s = got["warm"], got["cold"][0]
+                messages.append({"role": "assistant", "content": answer})
+                row["turns"].append(
+                    {
+                        "prompt_tokens": len(ids),
+                        "cached_tokens": cached,
+                        "cached_share": round(cached / len(ids), 4),
+                        "ttft_warm_ms": round(warm_s * 1000, 2),
+                        "ttft_cold_ms": round(cold_s * 1000, 2),
+                        "ratio": round(warm_s / cold_s, 4),
+                    }
+                )
+            last = row["turns"][-1]
+            label = "warm-up" if rnd == 0 else f"round {rnd}"
+            print(
+                f"{label:8s} turn {turns}: {last['prompt_tokens']} prompt tokens, "
+                f"{last['cached_share']:.1%} cached, TTFT warm {last['ttft_warm_ms']:.1f} ms / "
+                f"cold {last['ttft_cold_ms']:.1f} ms = {last['ratio']:.3f}",
+                flush=True,
+            )
+            if rnd:
+                rows.append(row)
+    finally:
+        await engine.shutdown()
+    by_turn = []
+    for t in range(turns):
+        cells = [r["turns"][t] for r in rows]
+        ratios = [c["ratio"] for c in cells]
+        by_turn.append(
+            {
+                "turn": t + 1,
+                "prompt_tokens": cells[0]["prompt_tokens"],
+                "cached_share": statistics.median(c["cached_share"] for c in cells),
+                "ttft_warm_ms": round(statistics.median(c["ttft_warm_ms"] for c in cells), 2),
+                "ttft_cold_ms": round(statistics.median(c["ttft_cold_ms"] for c in cells), 2),
+                "median_ratio": round(statistics.median(ratios), 4),
+                "min_ratio": min(ratios),
+                "max_ratio": max(ratios),
+            }
+        )
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": f"benchmarks/conversations.py --cache --engine {args.engine} "
+        f"--repeats {args.repeats} --answer {args.answer}",
+        "engine": args.engine,
+        "turn6_cached_share": by_turn[-1]["cached_share"],
+        "turn6_ttft_ratio": by_turn[-1]["median_ratio"],
+        "target_cached_share": 0.8,
+        "target_ttft_ratio": 0.5,
+        "by_turn": by_turn,
+        "rounds": rows,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--cache", action="store_true", help="measure the prefix cache instead")
+    ap.add_argument("--engine", default="torch", help="with --cache: torch or vllm")
+    ap.add_argument("--answer", type=int, default=64, help="with --cache: answer tokens at most")
     ap.add_argument("--repeats", type=int, default=5, help="measured rounds per client count")
     ap.add_argument("--requests", type=int, default=320, help="requests per round at 32 clients")
     ap.add_argument("--turns", type=int, default=6, help="earlier turns in each history")
     ap.add_argument("--seed", type=int, default=0, help="seed of the rounds' order")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
+    if args.cache:
+        out = asyncio.run(measure_cache(args))
+        head = (
+            "| turn | prompt tokens | cached share | TTFT warm ms | cold ms | warm/cold | spread |"
+        )
+        print("\n" + head)
+        print("|---|---|---|---|---|---|---|")
+        for r in out["by_turn"]:
+            print(
+                f"| {r['turn']} | {r['prompt_tokens']} | {r['cached_share']:.1%} | "
+                f"{r['ttft_warm_ms']} | {r['ttft_cold_ms']} | {r['median_ratio']:.3f} | "
+                f"{r['min_ratio']:.3f}-{r['max_ratio']:.3f} |"
+            )
+        path = args.out if args.out != RESULTS else CACHE_RESULTS
+        if args.engine != "torch":
+            path = path.with_name(f"{path.stem}-{args.engine}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"\nresults: {path}")
+        return
 
     import httpx
     from zerolayer.config import load_config

@@ -130,3 +130,17 @@ def test_the_setup_hook_rewrites_the_template_only_when_the_launcher_asked(
     # its name is what the launcher gives ray.init
     module, _, name = ray_private.HAPROXY_HOOK.rpartition(".")
     assert getattr(__import__(module, fromlist=[name]), name) is ray_private.harden_haproxy
+
+
+def test_a_request_router_keeps_queue_lengths_where_the_affinity_router_reads_them() -> None:
+    from ray.serve._private.request_router.common import ReplicaQueueLengthCache
+    from ray.serve.request_router import RequestRouter
+
+    assert "self._replica_queue_len_cache = ReplicaQueueLengthCache(" in inspect.getsource(
+        RequestRouter.__init__
+    )
+    cache = ReplicaQueueLengthCache()
+    cache.update("replica-1", 3)
+    router = type("R", (), {"_replica_queue_len_cache": cache})()
+    assert ray_private.queue_length(router, "replica-1") == 3
+    assert ray_private.queue_length(router, "replica-2") is None

@@ -107,7 +107,10 @@ class SamplingSpec(_Value):
     decided once, in the gateway (engine-neutral; every engine takes it as it is).
     `constraint`: a grammar the output keeps to (None: free text); `logprobs`: None for
     none, k (0-20) for every output token's log-probability and its k most likely
-    alternatives."""
+    alternatives. `cache_salt`: the prefix cache's namespace (the tenant: prompts share cached
+    blocks only within one); `affinity`: the key that sends related requests (one
+    conversation, one previous_response_id chain, one prompt_cache_key) to the replica that
+    holds their prefix ('' for none)."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -118,6 +121,8 @@ class SamplingSpec(_Value):
     stop: list[str] = field(default_factory=list)
     constraint: Constraint | None = None
     logprobs: int | None = None
+    cache_salt: str = ""
+    affinity: str = ""
 
 
 @dataclass(frozen=True, slots=True)

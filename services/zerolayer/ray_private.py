@@ -16,6 +16,9 @@ Each is here because no public API does the job (checked against Ray 2.60):
   and Prometheus listeners (both bound to every interface). The hook rewrites the template in
   the process that renders it (Serve's proxy actor), from the settings the launcher puts in
   the environment (`haproxy_settings`).
+- `queue_length`: a request router's last known queue length of a replica. Serve's public
+  RequestRouter only says whether a replica has room (`select_available_replicas`); the
+  affinity router (replicas/routing.py) needs the lengths to tell a busy preferred replica.
 
 tests/test_ray_private.py checks that the installed Ray still behaves as each function relies
 on, so a Ray upgrade that changes one fails there, by name, instead of somewhere in a start."""
@@ -32,6 +35,7 @@ __all__ = [
     "harden_haproxy",
     "haproxy_settings",
     "hardened_template",
+    "queue_length",
     "reload_auth_token",
     "temp_dir_option",
     "versioned",
@@ -42,6 +46,12 @@ log = logging.getLogger(__name__)
 HAPROXY_HOOK = "zerolayer.ray_private.harden_haproxy"
 _HEADER_TIMEOUT = "ZEROLAYER_HAPROXY_HEADER_TIMEOUT_S"
 _PER_SOURCE = "ZEROLAYER_HAPROXY_CONNECTIONS_PER_SOURCE"
+
+
+def queue_length(router: Any, replica_id: Any) -> int | None:
+    """A request router's cached queue length of a replica (None: unknown or stale)."""
+    length = router._replica_queue_len_cache.get(replica_id)
+    return None if length is None else int(length)
 
 
 def versioned(deployment: Any, version: str) -> Any:

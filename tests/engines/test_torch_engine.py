@@ -498,3 +498,89 @@ def test_text_that_may_start_a_stop_string_is_held_back() -> None:
     assert _stop_prefix("1, 2, 3, 4,", [", 5", "xyz"]) == 1
     assert _stop_prefix("1, 2, 3, 4, ", [", 5"]) == 2
     assert _stop_prefix("abc", []) == 0
+
+
+def test_the_prefix_cache_skips_a_known_prefix_and_keeps_the_tokens(
+    model_dir: Path, prompts: Any
+) -> None:
+    """A second turn that begins with the first turn's prompt and answer is prefilled from the
+    first block it lacks and answers as an engine without a cache does; another tenant's salt
+    finds nothing; the cache stays within its limit."""
+    system = "You are a careful assistant. Answer in full sentences and explain your reasoning."
+    first = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "What is the capital of France, and why is it famous?"},
+    ]
+
+    async def turns(engine: TorchEngine) -> list[tuple[int | None, list[int]]]:
+        await engine.start()
+        try:
+            out = []
+            one = prompts.chat(first)
+            deltas = [
+                d async for d in engine.generate(SamplingSpec("a", one, 24, 0.0, cache_salt="t1"))
+            ]
+            answer = "".join(d.text for d in deltas)
+            out.append((deltas[0].cached_tokens, [t for d in deltas for t in d.token_ids]))
+            two = prompts.chat(
+                [
+                    *first,
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": "And Spain?"},
+                ]
+            )
+            for salt in ("t1", "t2"):
+                deltas = [
+                    d
+                    async for d in engine.generate(SamplingSpec("b", two, 24, 0.0, cache_salt=salt))
+                ]
+                out.append((deltas[0].cached_tokens, [t for d in deltas for t in d.token_ids]))
+            return out
+        finally:
+            await engine.shutdown()
+
+    cached = TorchEngine(str(model_dir), max_model_len=512)
+    plain = TorchEngine(str(model_dir), max_model_len=512, prefix_cache_gib=0)
+    (c1, a1), (c2, a2), (c3, a3) = asyncio.run(turns(cached))
+    (p1, b1), (p2, b2), _ = asyncio.run(turns(plain))
+    assert c1 == 0 and p1 == 0 and p2 == 0
+    two_len = len(prompts.chat([*first, {"role": "user", "content": "x"}]))  # a lower bound
+    # the first turn's prompt and answer, whole blocks of them, came from the cache
+    assert c2 is not None and c2 >= len(prompts.chat(first)) // 16 * 16 and c2 % 16 == 0
+    assert c2 >= two_len // 2
+    assert c3 == 0  # another tenant's salt: nothing shared
+    assert (a1, a2, a3) == (b1, b2, b2)
+    assert cached.counters["prefix_hits"] == c2
+    assert plain.counters["prefix_hits"] == 0
+
+
+def test_the_prefix_cache_evicts_least_recently_used_within_its_limit(model_dir: Path) -> None:
+    from zerolayer.engines.torch_engine.cache import SlotCache
+    from zerolayer.engines.torch_engine.model import load_llama
+    from zerolayer.engines.torch_engine.prefix import PrefixCache, block_names
+
+    model = load_llama(model_dir, max_len=256)
+    cache = SlotCache(model.shape, torch.float32, torch.device("cpu"), 256)
+    cache.ensure(1, 256)
+    probe = PrefixCache(model.shape, torch.float32, torch.device("cpu"), 1)
+    limit = 5 * probe.block_bytes
+    prefix = PrefixCache(model.shape, torch.float32, torch.device("cpu"), limit)
+    a, b = list(range(100, 164)), list(range(200, 264))  # four blocks each
+    for tokens in (a, b):
+        model.prefill(tokens, 0, cache)
+        prefix.save(block_names(tokens, "t"), cache, 0)
+        assert prefix.held_bytes <= limit
+    # b's chain is whole; a kept its first block (evicted from its end) and nothing after it
+    assert prefix.match(block_names(b, "t"), 4) == 4
+    assert prefix.match(block_names(a, "t"), 4) == 1
+    # a hit's keys and values are the ones a full prefill writes
+    full = [cache.k[i][0, :, :64].clone() for i in range(model.shape.layers)]
+    other = SlotCache(model.shape, torch.float32, torch.device("cpu"), 256)
+    other.ensure(1, 256)
+    prefix.load(block_names(b, "t"), other, 0)
+    assert all(torch.equal(other.k[i][0, :, :64], full[i]) for i in range(model.shape.layers))
+    # the rest of a prompt run after a hit gives the logits of a whole prefill
+    longer = b + [7, 8, 9]
+    whole = model.prefill(longer, 0, cache)
+    rest = model.prefill(longer[64:], 0, other, start=64)
+    assert torch.allclose(whole, rest, atol=1e-4)

@@ -1,7 +1,7 @@
 """vLLM behind the engine protocol with what customers' applications send: a JSON schema and a
 required tool call decoded under their grammars (vLLM's structured outputs), and each output
 token's log-probability with its alternatives, as a transformers forward of the same model
-computes them."""
+computes them; and its prefix cache's hits, per tenant."""
 
 from __future__ import annotations
 
@@ -42,15 +42,27 @@ def test_vllm_grammars_and_logprobs(model_dir: Path, prompts: Any) -> None:
         SamplingSpec("lp", weather, 12, 0.0, logprobs=3),
     ]
 
+    # a long prompt three times: its prefix-cache hits are vLLM's own count, and another
+    # tenant's salt shares none of the first tenant's blocks
+    long = prompts.chat([{"role": "user", "content": "Tell me about rivers and lakes. " * 50}])
+    hits: list[int | None] = []
+
     async def go() -> list[dict[str, Any]]:
         engine = VLLMEngine(str(model_dir), max_model_len=512, kv_cache_gib=1, max_num_seqs=4)
         await engine.start()
         try:
-            return list(await asyncio.gather(*(_collect(engine, s) for s in specs)))
+            out = list(await asyncio.gather(*(_collect(engine, s) for s in specs)))
+            for salt in ("t1", "t1", "t2"):
+                spec = SamplingSpec("long", long, 4, 0.0, cache_salt=salt)
+                hits.append([d async for d in engine.generate(spec)][0].cached_tokens)
+            return out
         finally:
             await engine.shutdown()
 
     schema, tool, lp = asyncio.run(go())
+    assert 300 < len(long) < 500
+    assert hits[0] == 0 and hits[2] == 0, hits
+    assert hits[1] is not None and hits[1] >= len(long) // 2, hits  # whole blocks of it
     assert schema["finish"] == "stop", schema
     jsonschema.validate(json.loads(schema["text"]), CAT)
     content, calls = split_calls(tool["text"])

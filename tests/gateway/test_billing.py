@@ -19,6 +19,7 @@ from zerolayer.engines.fake import FakeEngine
 from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
 from tests.gateway.test_api import CHAT, assert_openai_error, sse_events
 from tests.gateway.test_faults import _BrokenBackend, _leave_after
+from tests.gateway.test_limits import minute_tokens_of
 
 
 def _usage(gw: Any, **params: str) -> dict[str, Any]:
@@ -233,7 +234,12 @@ def test_a_client_gone_from_a_whole_answer_stops_the_engine_and_is_billed_what_r
 def test_prefix_cache_hits_are_reported_and_billed_at_the_cached_price(
     make_gateway: GatewayFactory,
 ) -> None:
-    gw = make_gateway(engine=FakeEngine(SCRIPT, cached=5))
+    """...and the key's tokens of the minute count only the prompt tokens the tier computed."""
+    gw = make_gateway(
+        engine=FakeEngine(SCRIPT, cached=5),
+        plans={"tokens": plan(tokens_per_minute=100_000)},
+        key_plan="tokens",
+    )
     whole = gw.client.post("/v1/chat/completions", headers=gw.auth, json=CHAT)
     streamed = gw.client.post(
         "/v1/chat/completions",
@@ -259,3 +265,8 @@ def test_prefix_cache_hits_are_reported_and_billed_at_the_cached_price(
         assert price.cached < price.prompt_per_1k  # the plan's cached price is lower
         assert data["cost_nanos"] == price.nanos(data["prompt_tokens"], len(SCRIPT), 5)
         assert data["cost_nanos"] < price.nanos(data["prompt_tokens"], len(SCRIPT))
+    counted = 0
+    for r in (whole, streamed, resp):
+        data = gw.event(r.headers["x-request-id"])["data"]
+        counted += data["prompt_tokens"] - 5 + data["completion_tokens"]
+    assert minute_tokens_of(gw) == counted

@@ -100,7 +100,13 @@ def test_usage_equals_the_tokenizer_counts(
         {**body, "stream": True, "stream_options": {"include_usage": True}},
     )
     _, chunks = sse_text(streamed, chat=True)
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == usage
+    assert chunks[-1]["choices"] == []
+    # the same prompt a third time: the same counts (a torch tier now reads some of it from
+    # its prefix cache, which the details say)
+    again = dict(chunks[-1]["usage"])
+    cached = again.pop("prompt_tokens_details")["cached_tokens"]
+    assert again == {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
+    assert 0 <= cached < n_prompt and cached % 16 == 0
 
 
 def test_the_official_openai_client_works(platform: Platform) -> None:

@@ -194,6 +194,12 @@ class TorchTier(_Tier):
     engine: Literal["torch"] = Field(description="zerolayer's torch engine")
     dtype: str = Field(default="float32", description="Weights/activations dtype in the engine")
     kv_cache_gib: float = Field(default=2.0, gt=0, description="KV cache size, GiB")
+    prefix_cache_gib: float = Field(
+        default=0.5,
+        ge=0,
+        description="Most of the KV cache the prefix cache keeps for later prompts that begin "
+        "the same way (it yields to running requests); 0 turns it off",
+    )
     device: str = Field(default="auto", description="cuda, cpu or auto")
     threads: int | None = Field(default=None, ge=1, description="CPU threads")
     device_budget_gib: float | None = Field(

@@ -45,6 +45,7 @@ def build_engine(
             "max_model_len": max_model_len,
             "max_num_seqs": tier.max_ongoing_requests,
             "kv_cache_gib": tier.kv_cache_gib,
+            "prefix_cache_gib": tier.prefix_cache_gib,
             "threads": tier.threads,
             "device_budget_gib": tier.device_budget_gib,
             "sparse_min_tokens": tier.sparse_min_tokens,

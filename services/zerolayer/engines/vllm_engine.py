@@ -92,7 +92,9 @@ class VLLMEngine:
             logprobs=spec.logprobs,
             structured_outputs=_structured(spec.constraint),
         )
-        prompt = {"prompt_token_ids": list(spec.prompt_token_ids)}
+        prompt: dict[str, Any] = {"prompt_token_ids": list(spec.prompt_token_ids)}
+        if spec.cache_salt:  # prefix-cache blocks are shared within one tenant only
+            prompt["cache_salt"] = spec.cache_salt
         # Closing this generator (client gone) closes vLLM's, which aborts the request.
         cached: int | None = None
         async for out in self._llm.generate(prompt, params, spec.request_id):

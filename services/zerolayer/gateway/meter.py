@@ -253,7 +253,9 @@ class Meter:
             completion,
             1 + calls,
         )
-        tokens = max(prompt + completion, call.tokenized)
+        # the minute's token limit counts what the tier computed: prompt tokens read from its
+        # prefix cache are not counted (as Anthropic's input-token limits do not)
+        tokens = max(prompt + completion, call.tokenized) - min(cached, prompt)
         self.settle(call.reservation, tokens, event.cost_nanos, calls, event)
 
     def later(self, coro: Coroutine[Any, Any, Any]) -> None:

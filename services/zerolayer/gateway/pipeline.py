@@ -92,6 +92,9 @@ class Ask:
     constraint: Constraint | None = None
     logprobs: int | None = None
     n: int = 1  # choices: n engine requests of one prompt, billed as one request
+    # what keeps related requests on the replica that holds their prefix (a conversation, a
+    # response chain, a prompt_cache_key), within the key's tenant; '' for none
+    affinity: str = ""
 
 
 class Pipeline:
@@ -203,6 +206,9 @@ class Pipeline:
             stop=list(ask.stop),
             constraint=ask.constraint,
             logprobs=ask.logprobs,
+            # the prefix cache is shared within a tenant only
+            cache_salt=call.record.owner,
+            affinity=f"{call.record.owner}\0{ask.affinity}" if ask.affinity else "",
         )
         call.dest = self.route(target, len(fitted.ids))
         specs = [spec] if ask.n == 1 else [_choice(spec, i) for i in range(ask.n)]

@@ -76,6 +76,7 @@ class LocalChain:
 
     rid: str | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
+    first: str = ""  # the chain's first response (its replica holds the chain's prefix)
 
 
 @dataclass
@@ -337,6 +338,7 @@ class Responder:
             fit=Truncate(keep=len(head), auto=body.truncation == "auto", counts=self.counts),
             constraint=constraint,
             logprobs=body.logprobs_k(),
+            affinity=_affinity(body, turn),
         )
         answer = await self.pipeline.run(call, ask)
         tools = constraint is not None and constraint.kind == "structural_tag"
@@ -378,6 +380,7 @@ class Responder:
         if turn.local is not None and finished and not obj["store"]:
             # kept nowhere else: the connection's chain goes on from here
             turn.local.rid = turn.rid
+            turn.local.first = turn.local.first if turn.from_local else turn.rid
             turn.local.items = turn.history + turn.new + [without_logprobs(i) for i in items]
         added = False
         try:
@@ -489,6 +492,21 @@ class Responder:
             await self._keep(turn, obj, items, finished=False)
         except (RedisError, APIError) as exc:
             log.warning("response %s not kept: %s", turn.rid, type(exc).__name__)
+
+
+def _affinity(body: CreateResponseRequest, turn: _Turn) -> str:
+    """What keeps a response on the replica that holds its history: its prompt_cache_key, else
+    its conversation, else the first response of its previous_response_id chain (a chain's
+    first response is keyed by its own id, so its successors find its prefix)."""
+    if body.prompt_cache_key:
+        return "key:" + body.prompt_cache_key
+    if turn.conversation is not None or turn.lineage.conv is not None:
+        return "conv:" + str(turn.conversation or turn.lineage.conv)
+    if turn.lineage.chain:
+        return "resp:" + turn.lineage.chain[0]
+    if turn.from_local and turn.local is not None and turn.local.first:
+        return "resp:" + turn.local.first
+    return "resp:" + (body.previous_response_id or turn.rid)
 
 
 def _sealed_at(i: int) -> str:

@@ -72,6 +72,7 @@ class SummaryJob:
                 ids,
                 self.summary_tokens,
                 temperature=0.0,
+                cache_salt=self.rid,  # a part of one request's message: nothing to share
             )
             res = await self.backend.complete(self.dest, spec)
             self.prompt_used += res.prompt_tokens

@@ -19,6 +19,7 @@ from zerolayer.ray_private import versioned
 from zerolayer.replicas.artifacts import live_reference, require_artifact, tier_card
 from zerolayer.replicas.core import TierReplica
 from zerolayer.replicas.live import LiveRecorder
+from zerolayer.replicas.routing import ROUTER
 from zerolayer.store.abandoned import AbandonedReports
 from zerolayer.store.connect import async_client
 
@@ -157,6 +158,8 @@ def tier_deployment(
         },
         health_check_period_s=10,
         health_check_timeout_s=30,
+        # a conversation's requests go to the replica that holds its prefix (replicas/routing.py)
+        request_router_config={"request_router_class": ROUTER},
         # the artifact's stamp: a new one makes Serve call reconfigure on the running replicas
         # (a lightweight update, no restart), which swap the artifact in place
         user_config={"artifact_stamp": stamp},

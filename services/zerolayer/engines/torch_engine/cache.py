@@ -20,6 +20,11 @@ class SlotCache:
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
 
+    @property
+    def held_bytes(self) -> int:
+        """What the slots hold now (they grow, never shrink)."""
+        return self.bytes_for(self.slots, self.capacity) if self.slots else 0
+
     def bytes_for(self, slots: int, length: int) -> int:
         s = self.shape
         per = 2 * s.layers * s.kv_heads * s.head_dim * torch.finfo(self.dtype).bits // 8

@@ -7,6 +7,12 @@ sequence; finished sequences give their slot to the last one, so running slots a
 Tokens reach each request's async iterator through its event loop as soon as they are sampled.
 Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
 max_tokens is reserved up front, so no running sequence ever has to be pre-empted).
+
+A prefix cache (prefix.py) keeps the keys and values of whole blocks of finished sequences
+(prompt and output) in the part of the KV budget the slots do not use, so a prompt that begins
+as an earlier one did (the next turn of a conversation, a shared system prompt) is prefilled
+from the first block it lacks; the slots take memory back from it, least recently used first,
+whenever a request needs room.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from zerolayer.engines.grammar import (
 from zerolayer.engines.torch_engine.cache import SlotCache
 from zerolayer.engines.torch_engine.kernels import Compiler
 from zerolayer.engines.torch_engine.model import load_llama
+from zerolayer.engines.torch_engine.prefix import PrefixCache, block_names
 from zerolayer.engines.torch_engine.probe import Probe
 
 __all__ = ["TorchEngine"]
@@ -69,6 +76,7 @@ class _Request:
     prefix_at: int = 0  # incremental detokenizing: output[prefix_at:read_at] is decoded context
     read_at: int = 0
     position: int = 0  # tokens in the cache
+    cached: int = 0  # prompt tokens read from the prefix cache
     cancelled: bool = False
     finished: bool = False
     queued_at: float = field(default_factory=time.monotonic)
@@ -104,6 +112,7 @@ class TorchEngine:
         live_sample_rate: float = 0.0,
         live_thresholds: list[float] | None = None,
         job_defer_s: float = 30.0,
+        prefix_cache_gib: float = 0.5,
     ):
         self.model_dir = model_dir
         self.artifact = artifact
@@ -115,6 +124,9 @@ class TorchEngine:
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
         self.kv_bytes = int(kv_cache_gib * (1 << 30))
+        # the prefix cache's most, within the KV budget (0: no prefix cache)
+        self.prefix_bytes = min(int(prefix_cache_gib * (1 << 30)), self.kv_bytes)
+        self.prefix: PrefixCache | None = None
         self.threads = threads
         self.prefill_tokens = prefill_tokens
         self.device_budget = None if device_budget_gib is None else int(device_budget_gib * 2**30)
@@ -139,7 +151,10 @@ class TorchEngine:
             "generated": 0,
             "max_batch": 0,
             "masks": 0,  # grammar masks computed (rows; a token the grammar takes needs none)
+            "prefix_queries": 0,  # prompt tokens looked up in the prefix cache
+            "prefix_hits": 0,  # of those, found there (their prefill skipped)
         }
+        self._prefix_seen = {"queries": 0, "hits": 0}  # the counts signals() last reported
         self.live_thresholds = live_thresholds
         self.set_sample_rate(live_sample_rate)
         self.job_defer_s = job_defer_s
@@ -226,7 +241,15 @@ class TorchEngine:
         prefill) the probe's counts (Probe.drain), and the sampling rate."""
         with self._live_lock:
             live, self._live = self._live, {}
-        return {"sample_rate": 1 / self._every if self._every else 0.0, **live}
+        queries, hits = self.counters["prefix_queries"], self.counters["prefix_hits"]
+        seen = self._prefix_seen
+        prefix = {"queries": queries - seen["queries"], "hits": hits - seen["hits"]}
+        self._prefix_seen = {"queries": queries, "hits": hits}
+        return {
+            "sample_rate": 1 / self._every if self._every else 0.0,
+            **live,
+            "prefix_cache": prefix,
+        }
 
     async def canary(
         self, texts: list[str], top_k: int = 20, max_tokens: int = 128
@@ -263,7 +286,9 @@ class TorchEngine:
         if kernel is not None and kernel.total:
             # share of thresholded inputs that passed, over this process's single-token steps
             report["latency_active_share"] = round(kernel.active / kernel.total, 4)
-        return {"engine": "torch", "model_dir": self.model_dir, **report, **self.counters}
+        prefix = self.prefix
+        held = {"prefix_blocks": len(prefix), "prefix_bytes": prefix.held_bytes} if prefix else {}
+        return {"engine": "torch", "model_dir": self.model_dir, **report, **self.counters, **held}
 
     def info(self) -> dict[str, Any]:
         """What the tier card shows about this engine on this machine."""
@@ -313,6 +338,7 @@ class TorchEngine:
     # worker ------------------------------------------------------------------------------------
     def _run(self) -> None:
         cache = SlotCache(self.model.shape, self.dtype, self.device, self.max_model_len)
+        self.prefix = PrefixCache(self.model.shape, self.dtype, self.device, self.prefix_bytes)
         running: list[_Request] = []
         waiting: list[_Request] = []
         try:
@@ -410,20 +436,34 @@ class TorchEngine:
             if running and n > budget and budget < self.prefill_tokens:
                 break  # the step's prefill budget is spent (a long prompt still goes first)
             longest = max([r.worst_length() for r in running] + [req.worst_length()])
-            if running and cache.bytes_for(len(running) + 1, longest) > self.kv_bytes:
+            need = cache.bytes_for(len(running) + 1, longest)
+            if running and need > self.kv_bytes:
                 break
             waiting.pop(0)
             req.queue_s = time.monotonic() - req.queued_at
             slot = len(running)
             cache.ensure(slot + 1, min(longest, self.max_model_len))
+            prefix = self.prefix
+            assert prefix is not None
+            # the slots come first: the prefix cache keeps only what they leave of the budget
+            prefix.evict_to(min(self.prefix_bytes, self.kv_bytes - max(need, cache.held_bytes)))
+            prompt = req.spec.prompt_token_ids
+            names = block_names(prompt, req.spec.cache_salt, prefix.block)
+            # at least the last prompt token is run: its logits pick the first output token
+            hit = prefix.match(names, (n - 1) // prefix.block) * prefix.block
+            prefix.load(names[: hit // prefix.block], cache, slot)
+            self.counters["prefix_queries"] += n
+            self.counters["prefix_hits"] += hit
+            req.cached = hit
             probe = self._sampled("prefills")
-            logits = self.model.prefill(req.spec.prompt_token_ids, slot, cache, probe)
+            logits = self.model.prefill(prompt[hit:], slot, cache, probe, start=hit)
+            prefix.save(names, cache, slot)
             self._keep("prefill", probe)
             self.counters["prefills"] += 1
             req.position = n
             running.append(req)
             self._emit(req, *self._choose(req, logits))
-            budget -= n
+            budget -= n - hit
 
     def _decode(self, running: list[_Request], cache: Any) -> None:
         tokens = [r.output[-1] for r in running]
@@ -479,6 +519,7 @@ class TorchEngine:
         j = 0
         while j < len(out):
             if out[j].finished or out[j].cancelled:
+                self._remember(out[j], cache, j)
                 last = out.pop()
                 if j < len(out):
                     cache.move(len(out), j, last.position)
@@ -486,6 +527,18 @@ class TorchEngine:
                 continue
             j += 1
         return out
+
+    def _remember(self, req: _Request, cache: Any, slot: int) -> None:
+        """Keep the whole blocks of an ending sequence (its prompt and the output the cache
+        holds) in the prefix cache: the next turn of a conversation begins with them."""
+        if self.prefix is None or not self.prefix.limit:
+            return
+        spec = req.spec
+        n = len(spec.prompt_token_ids)
+        held = spec.prompt_token_ids + req.output[: max(0, req.position - n)]
+        names = block_names(held, spec.cache_salt, self.prefix.block)
+        if len(names) * self.prefix.block > n:  # the prompt's own blocks were kept at prefill
+            self.prefix.save(names, cache, slot)
 
     def _choose(self, req: _Request, logits: torch.Tensor) -> tuple[int, Any]:
         """The next token of one sequence from its logits (one row): masked by its grammar,
@@ -543,7 +596,16 @@ class TorchEngine:
         if finish is not None:
             req.finished = True
         first = len(req.output) == 1
-        req.send(TokenDelta(new, [token], finish, req.queue_s if first else None, None, logprobs))
+        req.send(
+            TokenDelta(
+                new,
+                [token],
+                finish,
+                req.queue_s if first else None,
+                req.cached if first else None,
+                logprobs,
+            )
+        )
 
 
 def _masked_first(req: _Request) -> bool:

@@ -293,26 +293,42 @@ class LlamaModel:
         cache: SlotCache,
         probe: Probe | None = None,
         every_position: bool = False,
+        start: int = 0,
     ) -> torch.Tensor:
         """Run one new sequence's prompt into `slot`; logits of its last position [vocab] (of
-        every position [t, vocab] with every_position). A probe counts what the pass saw."""
+        every position [t, vocab] with every_position). With `start`, the slot already holds
+        the keys and values of the prompt's first `start` tokens (a prefix cache hit) and
+        `tokens` are the rest of it. A probe counts what the pass saw."""
         s = self.shape
         t = len(tokens)
+        end = start + t
         if probe is not None:
             probe.step(t)
-        rope = self._rope(torch.arange(t, device=self.device))
+        rope = self._rope(torch.arange(start, end, device=self.device))
         x = self.embed[torch.tensor(tokens, device=self.device)]
+        # a query at position start + r sees every key up to it
+        mask = None
+        if start:
+            mask = (
+                torch.arange(end, device=self.device)[None, :]
+                <= torch.arange(start, end, device=self.device)[:, None]
+            )
         for i in range(s.layers):
             layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
             q, k, v = self._qkv(layer, h, rope, probe)
-            cache.k[i][slot, :, :t] = k.transpose(0, 1)
-            cache.v[i][slot, :, :t] = v.transpose(0, 1)
+            cache.k[i][slot, :, start:end] = k.transpose(0, 1)
+            cache.v[i][slot, :, start:end] = v.transpose(0, 1)
+            if start:
+                keys, values = cache.k[i][slot, :, :end], cache.v[i][slot, :, :end]
+            else:
+                keys, values = k.transpose(0, 1), v.transpose(0, 1)
             a = F.scaled_dot_product_attention(
                 q.transpose(0, 1).unsqueeze(0),
-                k.transpose(0, 1).unsqueeze(0),
-                v.transpose(0, 1).unsqueeze(0),
-                is_causal=True,
+                keys.unsqueeze(0),
+                values.unsqueeze(0),
+                attn_mask=mask,
+                is_causal=not start,
                 enable_gqa=True,
             )
             x = x + _apply(layer.o, a[0].transpose(0, 1).reshape(t, self.q_size), probe)

@@ -88,7 +88,13 @@ def ask_of(body: ChatCompletionRequest | CompletionRequest) -> Ask:
         constraint=constraint,
         logprobs=body.logprobs_k(),
         n=body.n,
+        affinity=_cache_key(body),
     )
+
+
+def _cache_key(body: ChatCompletionRequest | CompletionRequest) -> str:
+    key = getattr(body, "prompt_cache_key", None)
+    return "key:" + key if key else ""
 
 
 async def _complete(
