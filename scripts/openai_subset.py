@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "openai" / "openapi-subset.json"
-FAMILIES = ("/chat/completions", "/completions", "/models", "/responses", "/conversations")
+FAMILIES = (
+    "/chat/completions",
+    "/completions",
+    "/models",
+    "/responses",
+    "/conversations",
+    "/files",
+    "/batches",
+)
 METHODS = ("get", "post", "delete", "patch")
 
 

@@ -19,6 +19,7 @@ SERVING = (
     "chunker",
     "store",
     "conversations",
+    "files",
     "artifacts",
     "billing",
 )

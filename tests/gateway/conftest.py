@@ -23,6 +23,7 @@ from zerolayer.chunker.service import Chunker
 from zerolayer.config import PlanConfig, PlatformConfig
 from zerolayer.conversations import ConversationStore
 from zerolayer.engines.fake import FakeEngine
+from zerolayer.files import FileStore
 from zerolayer.gateway.api import create_app
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.live import LiveSignals
@@ -196,6 +197,7 @@ def make_gateway(
     prompts: PromptBuilder,
     tokenfix: Tokenfix,
     chunker: Chunker,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayFactory]:
     chunking = chunker
     """make_gateway(plans=..., key_plan=..., engine=..., key=...) -> a started Gateway. Apps made
@@ -204,6 +206,7 @@ def make_gateway(
     stack: list[TestClient] = []
     made: list[Gateway] = []
     frozen = 60 * (time.time() // 60) + 20
+    files_dir = tmp_path_factory.mktemp("files")  # uploaded files' bytes, shared as Redis is
 
     def clock() -> float:
         return frozen
@@ -288,6 +291,7 @@ def make_gateway(
                 conversations=ConversationStore(
                     aclient, cfg.conversations.response_ttl_s, cfg.conversations.conversation_ttl_s
                 ),
+                files=FileStore(aclient, str(files_dir)),
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
                 ledger=Ledger(aclient, cfg.billing.close_after_s),

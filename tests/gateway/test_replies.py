@@ -16,8 +16,8 @@ from tests.gateway.conftest import Gateway
 
 MODEL = "smollm2-135m"
 # routes that answer no JSON object: health, Prometheus text, the console's files, the events
-# export (a JSON-lines or CSV file)
-NOT_JSON = ("/healthz", "/metrics", "/console", "/openapi.json", "/events")
+# export (a JSON-lines or CSV file), a file's content
+NOT_JSON = ("/healthz", "/metrics", "/console", "/openapi.json", "/events", "/content")
 
 
 def declared(gateway: Gateway, method: str, path: str) -> type[BaseModel]:

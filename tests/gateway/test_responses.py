@@ -280,7 +280,7 @@ def test_admin_lists_and_deletes_a_tenants_objects(make_gateway: GatewayFactory)
     }
     assert [k["key_id"] for k in got["keys"]] == [a.key_id]
     gone = a.client.delete(f"/admin/tenants/{tenant}/objects", headers=a.admin).json()
-    assert gone["deleted"] == {"response": 1, "conversation": 1}
+    assert gone["deleted"] == {"response": 1, "conversation": 1, "file": 0}
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(r.id)
     with pytest.raises(openai.NotFoundError):

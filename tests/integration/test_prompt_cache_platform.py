@@ -22,7 +22,7 @@ SYSTEM = (
     "helps the learner picture the size of what you describe, and connect the answer to what "
     "was said before in the conversation when you can. Avoid lists, avoid jargon, and never "
     "invent facts: when you are unsure, say so plainly. "
-) * 3
+) * 4
 
 
 @pytest.mark.parametrize("tier", ["baseline", "dynamic"])  # vLLM, torch
@@ -38,7 +38,7 @@ def test_a_continued_turn_is_read_from_the_prefix_cache_and_billed_apart(
         input="And which countries does it cross?", previous_response_id=first.id, **ask
     )
     assert first.usage is not None and second.usage is not None
-    assert first.usage.input_tokens > 256
+    assert first.usage.input_tokens > 300
     assert first.usage.input_tokens_details.cached_tokens == 0
     cached = second.usage.input_tokens_details.cached_tokens
     # at least the whole blocks of the first turn's prompt

@@ -44,6 +44,7 @@ from zerolayer.config.services import (
     BillingConfig,
     ChunkerConfig,
     ConversationsConfig,
+    FilesConfig,
     GatewayConfig,
     IdempotencyConfig,
     KernelConfig,
@@ -57,6 +58,7 @@ from zerolayer.config.services import (
 __all__ = [
     "BillingConfig",
     "IdempotencyConfig",
+    "FilesConfig",
     "NANOS_PER_USD",
     "nanos_usd",
     "usd_nanos",

@@ -13,6 +13,7 @@ from zerolayer.config.services import (
     BillingConfig,
     ChunkerConfig,
     ConversationsConfig,
+    FilesConfig,
     GatewayConfig,
     IdempotencyConfig,
     KernelConfig,
@@ -89,6 +90,9 @@ class PlatformConfig(Strict):
     idempotency: IdempotencyConfig = Field(
         default_factory=IdempotencyConfig,
         description="Idempotency-Key on POST requests",
+    )
+    files: FilesConfig = Field(
+        default_factory=FilesConfig, description="Uploaded files: where they live, how large"
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

@@ -3,7 +3,7 @@ torch engine's compiled kernels (serve/*.yaml)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -21,6 +21,7 @@ __all__ = [
     "ConversationsConfig",
     "BillingConfig",
     "IdempotencyConfig",
+    "FilesConfig",
 ]
 
 
@@ -348,4 +349,28 @@ class IdempotencyConfig(Strict):
         ge=1024,
         description="A replayed result larger than this is not kept (the retry runs again as a "
         "409 would be worse); streams are kept as their frames",
+    )
+
+
+class FilesConfig(Strict):
+    """Uploaded files (the Files API, batch input and output): where their bytes live."""
+
+    url: str | None = Field(
+        default=None,
+        description="fsspec URL of the folder or bucket that holds the files' bytes (e.g. "
+        "s3://bucket/zerolayer with s3fs installed); None: <cache>/files",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of that file system (s3fs: endpoint_url, key, secret, ...)",
+    )
+    max_bytes: int = Field(default=100 * 1024 * 1024, ge=1024, description="Largest upload")
+    max_batch_lines: int = Field(
+        default=50_000, ge=1, description="Most requests in one batch input file"
+    )
+    batch_expires_s: int | None = Field(
+        default=30 * 86400,
+        ge=3600,
+        description="How long a batch file lives unless its upload says otherwise; None: until "
+        "deleted",
     )

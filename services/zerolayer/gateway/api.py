@@ -126,6 +126,8 @@ def create_app(parts: GatewayParts) -> FastAPI:
         app.include_router(routes.usage.admin_router)
         app.include_router(routes.admin.billing_router)
     app.include_router(routes.keys.router)
+    if parts.files is not None:
+        app.include_router(routes.files.router)
     app.include_router(routes.operations.router)
     idem = cfg.idempotency
     app.add_middleware(

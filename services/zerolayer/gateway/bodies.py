@@ -5,7 +5,9 @@
   so a chunked body that declares no length is never held past the cap), 408 when the client
   takes longer than gateway.body_timeout_s to send it. It answers those itself, in the OpenAI
   error format. A streamed body (text/plain to /v1/chunks, cut while it arrives) passes through:
-  its route caps what it reads and has no whole-body deadline. After the body, it alone reads
+  its route caps what it reads and has no whole-body deadline; so does an upload (multipart to
+  /v1/files, read by its route as it arrives, to at most files.max_bytes). After the body, it
+  alone reads
   the client's messages: `client_gone()` tells the request when its client has left.
 - `BodyRoute`, the route class of every router, decodes the body the way FastAPI then validates
   it into the route's pydantic model (so FastAPI also writes the OpenAPI document). A body that
@@ -37,6 +39,7 @@ __all__ = [
     "decode",
     "is_json",
     "is_text_stream",
+    "is_upload",
     "parse",
     "replay",
     "send_error",
@@ -68,11 +71,13 @@ class BodyLimits:
         max_bytes: int,
         timeout_s: float,
         streamed: Collection[str] = ("/v1/chunks",),
+        uploads: Collection[str] = ("/v1/files",),
     ):
         self.app = app
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.streamed = frozenset(streamed)
+        self.uploads = frozenset(uploads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _WITH_BODY or self._streams(scope):
@@ -107,7 +112,10 @@ class BodyLimits:
 
     def _streams(self, scope: Scope) -> bool:
         path = str(scope["path"]).removeprefix(str(scope.get("root_path", "")))
-        return path in self.streamed and is_text_stream(_header(scope, b"content-type"))
+        kind = _header(scope, b"content-type")
+        if path in self.uploads and is_upload(kind):
+            return True
+        return path in self.streamed and is_text_stream(kind)
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body is larger than {self.max_bytes} bytes")
@@ -242,6 +250,11 @@ def is_text_stream(content_type: str | None) -> bool:
     through unread, and its route reads it as it arrives. One test for both, so a body one
     of them takes for a stream the other never reads whole."""
     return (content_type or "").strip().lower().startswith("text/plain")
+
+
+def is_upload(content_type: str | None) -> bool:
+    """Whether a body is a multipart form (a file upload): its route reads it as it arrives."""
+    return (content_type or "").strip().lower().startswith("multipart/form-data")
 
 
 def is_json(content_type: str | None) -> bool:

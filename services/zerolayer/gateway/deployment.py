@@ -18,6 +18,7 @@ from zerolayer.billing.consumer import backlog
 from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import ConversationStore
+from zerolayer.files import FileStore, files_url
 from zerolayer.gateway.api import create_app
 from zerolayer.gateway.canary import CanaryRunner
 from zerolayer.gateway.catalog import Catalog
@@ -191,6 +192,7 @@ class GatewayDeployment:
             conversations=ConversationStore(
                 self.redis, conv.response_ttl_s, conv.conversation_ttl_s
             ),
+            files=FileStore(self.redis, files_url(self.config), self.config.files.storage_options),
             canary=CanaryRunner(self.redis, self.config, self.backend.canary, self._ready),
             ledger=Ledger(self.redis, self.config.billing.close_after_s),
             billing_stats=lambda: backlog(self.redis),

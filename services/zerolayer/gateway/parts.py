@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import ConversationStore
+from zerolayer.files import FileStore
 from zerolayer.gateway.canary import CanaryRunner
 from zerolayer.gateway.http import KeyLookup
 from zerolayer.gateway.limits import Limiter
@@ -81,6 +82,7 @@ class GatewayParts:
     traffic: AsyncTrafficStore | None = None  # where opted-in keys' sampled prompts go
     traffic_admin: TrafficStore | None = None  # the admin API's view of them (delete, count)
     conversations: ConversationStore | None = None  # stored responses, conversations; None: off
+    files: FileStore | None = None  # uploaded files (the Files API); None: no routes
     ledger: Ledger | None = None  # usage and invoices (what billing counted); None: no routes
     billing_stats: BillingStats | None = None  # the billing consumers' backlog (/admin/billing)
 

@@ -19,6 +19,9 @@ __all__ = [
     "Billing",
     "CanaryRun",
     "Deleted",
+    "FileDeleted",
+    "FileList",
+    "FileObject",
     "KeyRecordList",
     "KeyView",
     "NewKey",
@@ -180,6 +183,37 @@ class ConversationDeleted(_Reply):
 
     id: str
     object: Literal["conversation.deleted"]
+    deleted: bool
+
+
+class FileObject(_Reply):
+    """An uploaded file (the Files API)."""
+
+    id: str
+    object: Literal["file"]
+    bytes: int
+    created_at: int
+    expires_at: int | None
+    filename: str
+    purpose: str
+    status: str
+
+
+class FileList(_Reply):
+    """A page of a tenant's files."""
+
+    object: Literal["list"]
+    data: list[FileObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class FileDeleted(_Reply):
+    """DELETE /v1/files/{file_id}."""
+
+    id: str
+    object: Literal["file"]
     deleted: bool
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "conversation_items",
     "conversation_lock",
     "conversation_order",
+    "file",
     "idempotency",
     "live_bucket",
     "live_channels",
@@ -48,6 +49,7 @@ __all__ = [
     "response_line",
     "signing_secret",
     "tenant_objects",
+    "tenant_files",
     "tenant_purged",
     "tenant_stored",
     "text",
@@ -181,6 +183,15 @@ KEYSPACE: tuple[KeySpec, ...] = (
         "hash",
         "'response:<id>' / 'conversation:<id>' -> bytes; '#bytes', '#objects': the totals",
         "conversations.store",
+    ),
+    KeySpec(
+        "zl:file:{<file id>}",
+        "hash",
+        "tenant, obj (the file object JSON); expires with the file",
+        "files.store",
+    ),
+    KeySpec(
+        "zl:tenant:{<tenant>}:files", "zset", "file id -> upload time (microseconds)", "files.store"
     ),
     KeySpec(
         "zl:tenant:{<tenant>}:purged",
@@ -372,6 +383,16 @@ def conversation_items(cid: str) -> str:
 def conversation_lock(cid: str) -> str:
     """The lease of the response being generated on a conversation."""
     return conversation(cid) + ":lock"
+
+
+def file(fid: str) -> str:
+    """An uploaded file's object (hash; its bytes are in the file store)."""
+    return f"{ROOT}file:{{{fid}}}"
+
+
+def tenant_files(tenant: str) -> str:
+    """A tenant's uploaded files (sorted set by creation time)."""
+    return f"{ROOT}tenant:{{{tenant}}}:files"
 
 
 def tenant_purged(tenant: str) -> str:

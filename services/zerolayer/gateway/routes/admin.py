@@ -164,13 +164,15 @@ async def tenant_objects(store: AdminKeys, tenant: str, parts: Parts) -> dict[st
 
 @router.delete("/tenants/{tenant}/objects", responses=json_reply(Deleted))
 async def delete_tenant_objects(store: AdminKeys, tenant: str, parts: Parts) -> dict[str, Any]:
-    """Delete every stored response and conversation of a tenant (its keys stay)."""
+    """Delete every stored response, conversation and file of a tenant (its keys stay)."""
     await key_call(store.tenant_keys, tenant)
     deleted = (
         {"response": 0, "conversation": 0}
         if parts.conversations is None
         else await parts.conversations.purge_tenant(tenant)
     )
+    if parts.files is not None:
+        deleted["file"] = await parts.files.purge_tenant(tenant)
     return {"tenant": tenant, "deleted": deleted}
 
 
