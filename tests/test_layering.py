@@ -20,6 +20,7 @@ SERVING = (
     "store",
     "conversations",
     "files",
+    "batches",
     "artifacts",
     "billing",
 )

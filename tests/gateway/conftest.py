@@ -17,6 +17,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
+from zerolayer.batches import BatchStore
 from zerolayer.billing.consumer import Biller
 from zerolayer.billing.ledger import Ledger
 from zerolayer.chunker.service import Chunker
@@ -292,6 +293,7 @@ def make_gateway(
                     aclient, cfg.conversations.response_ttl_s, cfg.conversations.conversation_ttl_s
                 ),
                 files=FileStore(aclient, str(files_dir)),
+                batches=BatchStore(aclient),
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,
                 ledger=Ledger(aclient, cfg.billing.close_after_s),

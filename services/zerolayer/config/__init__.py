@@ -59,6 +59,7 @@ __all__ = [
     "BillingConfig",
     "IdempotencyConfig",
     "FilesConfig",
+    "BatchesConfig",
     "NANOS_PER_USD",
     "nanos_usd",
     "usd_nanos",

@@ -97,6 +97,19 @@ class TierPrice(Strict):
             * _PER_TOKEN
         )
 
+    def batched(self, share: Decimal) -> TierPrice:
+        """The price of a batch's request: `share` of each price (the cached one too),
+        rounded to the nano-dollar per token."""
+
+        def part(value: Decimal) -> Decimal:
+            return (value * share).quantize(_NANO_PER_1K, rounding=ROUND_HALF_UP)
+
+        return TierPrice(
+            prompt_per_1k=part(self.prompt_per_1k),
+            completion_per_1k=part(self.completion_per_1k),
+            cached_prompt_per_1k=part(self.cached),
+        )
+
     def applied(self) -> dict[str, str]:
         """The prices as a usage event and an invoice state them (decimal strings)."""
         return {
@@ -168,6 +181,13 @@ class PlanConfig(Strict):
         default_factory=dict, description="Price per tier; every tier of the plan needs one"
     )
     limits: PlanLimits = Field(default_factory=PlanLimits, description="Per-key limits")
+    batch_price_share: Decimal = Field(
+        default=Decimal("0.5"),
+        gt=0,
+        le=1,
+        description="What a request of a batch (the Batch API) costs, as a share of the "
+        "interactive price: half by default, as OpenAI bills batches",
+    )
     priority: int = Field(
         default=0,
         description="Higher is served first under load: admission control sheds the lowest "

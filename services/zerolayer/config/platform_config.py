@@ -10,6 +10,7 @@ from zerolayer.config.base import Strict
 from zerolayer.config.models import ModelConfig
 from zerolayer.config.plans import PlanConfig
 from zerolayer.config.services import (
+    BatchesConfig,
     BillingConfig,
     ChunkerConfig,
     ConversationsConfig,
@@ -93,6 +94,9 @@ class PlatformConfig(Strict):
     )
     files: FilesConfig = Field(
         default_factory=FilesConfig, description="Uploaded files: where they live, how large"
+    )
+    batches: BatchesConfig = Field(
+        default_factory=BatchesConfig, description="The Batch API's workers"
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

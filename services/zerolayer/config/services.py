@@ -22,6 +22,7 @@ __all__ = [
     "BillingConfig",
     "IdempotencyConfig",
     "FilesConfig",
+    "BatchesConfig",
 ]
 
 
@@ -373,4 +374,30 @@ class FilesConfig(Strict):
         ge=3600,
         description="How long a batch file lives unless its upload says otherwise; None: until "
         "deleted",
+    )
+
+
+class BatchesConfig(Strict):
+    """The Batch API's workers (one in each gateway replica)."""
+
+    concurrency: int = Field(
+        default=8, ge=1, le=256, description="Requests of one batch a worker runs at once"
+    )
+    poll_s: float = Field(
+        default=1.0, gt=0, description="How often an idle worker looks for a batch"
+    )
+    lease_s: float = Field(
+        default=30.0,
+        ge=1,
+        description="A worker that dies lets its batch go after this long; another goes on",
+    )
+    yield_wait_share: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="A batch's request waits while its tier's measured queue wait is over this "
+        "share of the shedding threshold (interactive traffic first)",
+    )
+    window_s: int = Field(
+        default=86400, ge=60, description="The completion window ('24h'): a batch expires after it"
     )

@@ -23,6 +23,7 @@ from zerolayer.errors import (
     openai_error_body,
 )
 from zerolayer.gateway import routes
+from zerolayer.gateway.batches import BatchWorker
 from zerolayer.gateway.bodies import BodyLimits, unparsed_message, validation_message
 from zerolayer.gateway.catalog import Catalog
 from zerolayer.gateway.http import error_response
@@ -33,6 +34,7 @@ from zerolayer.gateway.pipeline import Pipeline
 from zerolayer.gateway.response_socket import Sockets
 from zerolayer.gateway.responses import Responder
 from zerolayer.gateway.silence import SilenceMaps
+from zerolayer.store.keys import AsyncKeyStore
 
 __all__ = ["create_app"]
 
@@ -49,7 +51,12 @@ def create_app(parts: GatewayParts) -> FastAPI:
         meter.start()  # lease renewal and the sweep run from the start, not from a first request
         if parts.canary is not None:
             parts.canary.start()
+        worker = app.state.batch_worker
+        if worker is not None:
+            worker.start()
         yield
+        if worker is not None:
+            await worker.close(cfg.gateway.drain_s)
         if parts.canary is not None:
             await parts.canary.close()
         # shutdown: settle what is pending (bounded) before the replica goes
@@ -128,6 +135,18 @@ def create_app(parts: GatewayParts) -> FastAPI:
     app.include_router(routes.keys.router)
     if parts.files is not None:
         app.include_router(routes.files.router)
+    worker = None
+    if parts.files is not None and parts.batches is not None:
+        app.include_router(routes.batches.router)
+        worker = BatchWorker(
+            cfg,
+            pipeline,
+            getattr(app.state, "responder", None),
+            parts.batches,
+            parts.files,
+            AsyncKeyStore(parts.limiter.client),
+        )
+    app.state.batch_worker = worker
     app.include_router(routes.operations.router)
     idem = cfg.idempotency
     app.add_middleware(

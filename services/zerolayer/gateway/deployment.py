@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
+from zerolayer.batches import BatchStore
 from zerolayer.billing.consumer import backlog
 from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
@@ -193,6 +194,7 @@ class GatewayDeployment:
                 self.redis, conv.response_ttl_s, conv.conversation_ttl_s
             ),
             files=FileStore(self.redis, files_url(self.config), self.config.files.storage_options),
+            batches=BatchStore(self.redis),
             canary=CanaryRunner(self.redis, self.config, self.backend.canary, self._ready),
             ledger=Ledger(self.redis, self.config.billing.close_after_s),
             billing_stats=lambda: backlog(self.redis),

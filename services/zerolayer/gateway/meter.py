@@ -18,7 +18,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from zerolayer.billing.events import UsageEvent, day_of
-from zerolayer.config import PlatformConfig
+from zerolayer.config import PlatformConfig, TierPrice
 from zerolayer.errors import APIError, ClientGone, Overloaded, RateLimited, ShuttingDown
 from zerolayer.gateway.limits import Limiter, Reservation, rate_headers, retried
 from zerolayer.gateway.metrics import Metrics
@@ -62,6 +62,7 @@ class Call:
     started: float = 0.0  # when the gateway had it (time.time())
     free: bool = False  # a call without a price (chunking)
     tokens_counted: int = -1  # the key's tokens of the minute with this reservation
+    batch: bool = False  # a request of a batch: billed at the plan's batch price
 
     def billed(self, prompt: int, completion: int) -> tuple[int, int]:
         """The request's tokens plus those of its map-reduce calls, if any."""
@@ -126,10 +127,16 @@ class Meter:
             self.metrics.inc("limited", exc.code or "", record.plan)
             raise
 
+    def price(self, call: Call) -> TierPrice:
+        """What the call's tokens cost: its plan's price for its tier (a batch's share of it)."""
+        plan = self.config.plans[call.record.plan]
+        price = plan.prices[call.target.tier]
+        return price.batched(plan.batch_price_share) if call.batch else price
+
     async def priced(self, call: Call, prompt: int, completion: int, extra: int = 0) -> None:
         """Reserve a call on its tier: prompt + completion tokens at the plan's price for the
         tier (and `extra` more requests of the minute); the minute's count goes on the call."""
-        price = self.config.plans[call.record.plan].prices[call.target.tier]
+        price = self.price(call)
         call.tokens_counted = await self.reserve(
             call.record,
             call.reservation,
@@ -233,7 +240,7 @@ class Meter:
         prompt, completion = call.billed(prompt, completion)
         record, target = call.record, call.target
         self.metrics.inc("finished", str(target), record.plan, status)
-        price = None if call.free else self.config.plans[record.plan].prices[target.tier]
+        price = None if call.free else self.price(call)
         calls = call.job.calls if call.job is not None else 0
         event = UsageEvent(
             call.reservation.request_id,

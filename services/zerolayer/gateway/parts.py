@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from zerolayer.batches import BatchStore
 from zerolayer.billing.ledger import Ledger
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import ConversationStore
@@ -83,6 +84,7 @@ class GatewayParts:
     traffic_admin: TrafficStore | None = None  # the admin API's view of them (delete, count)
     conversations: ConversationStore | None = None  # stored responses, conversations; None: off
     files: FileStore | None = None  # uploaded files (the Files API); None: no routes
+    batches: BatchStore | None = None  # the Batch API (with files); None: no routes, no worker
     ledger: Ledger | None = None  # usage and invoices (what billing counted); None: no routes
     billing_stats: BillingStats | None = None  # the billing consumers' backlog (/admin/billing)
 

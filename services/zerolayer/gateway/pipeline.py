@@ -95,6 +95,7 @@ class Ask:
     # what keeps related requests on the replica that holds their prefix (a conversation, a
     # response chain, a prompt_cache_key), within the key's tenant; '' for none
     affinity: str = ""
+    batch: bool = False  # a request of a batch: billed at the plan's batch price
 
 
 class Pipeline:
@@ -141,9 +142,12 @@ class Pipeline:
             self.meter.metrics.inc("shed", str(target), record.plan)
             raise
 
-    async def begin(self, record: ApiKeyRecord, model: str, rid: str, endpoint: str) -> Call:
+    async def begin(
+        self, record: ApiKeyRecord, model: str, rid: str, endpoint: str, batch: bool = False
+    ) -> Call:
         """A request's first steps: its tier (the model id and plan rules), admission control,
-        the cheap limits. A refusal by the last two is recorded as a usage event."""
+        the cheap limits. A refusal by the last two is recorded as a usage event. `batch`: a
+        request of a batch (billed at the batch price)."""
         started = time.time()
         target = self.catalog.resolve(model, record.plan, await self.states())
         try:
@@ -152,7 +156,9 @@ class Pipeline:
         except (Overloaded, ShuttingDown, RateLimited) as exc:
             self.meter.refused(record, target, rid, endpoint, exc, started)
             raise
-        return Call(record, target, target, reservation, endpoint=endpoint, started=started)
+        return Call(
+            record, target, target, reservation, endpoint=endpoint, started=started, batch=batch
+        )
 
     async def sized(self, call: Call, prompt_tokens: int, max_tokens: int) -> None:
         """The limits that need the request's size, then counted as a request of its tier."""
@@ -163,7 +169,7 @@ class Pipeline:
         """A request through every step: its whole answer (Answered), or its stream opened on
         a replica (Opened). A failure is settled here and raised with the request's id."""
         try:
-            call = await self.begin(record, ask.model, ask.rid, ask.endpoint)
+            call = await self.begin(record, ask.model, ask.rid, ask.endpoint, ask.batch)
             try:
                 return await self.run(call, ask)
             except BaseException as exc:

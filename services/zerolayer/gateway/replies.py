@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "Account",
     "AdminAccount",
+    "BatchList",
+    "BatchObject",
     "Billing",
     "CanaryRun",
     "Deleted",
@@ -215,6 +217,32 @@ class FileDeleted(_Reply):
     id: str
     object: Literal["file"]
     deleted: bool
+
+
+class BatchObject(_Reply):
+    """A batch (the Batch API)."""
+
+    id: str
+    object: Literal["batch"]
+    endpoint: str
+    input_file_id: str
+    completion_window: str
+    status: str
+    created_at: int
+    expires_at: int
+    output_file_id: str | None
+    error_file_id: str | None
+    request_counts: dict[str, int]
+
+
+class BatchList(_Reply):
+    """A page of a tenant's batches."""
+
+    object: Literal["list"]
+    data: list[BatchObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
 
 
 class ChunkObject(_Reply):

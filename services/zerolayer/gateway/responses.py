@@ -122,15 +122,18 @@ class Responder:
         record: ApiKeyRecord,
         rid: str | None = None,
         local: LocalChain | None = None,
+        batch: bool = False,
     ) -> Response:
         """POST /v1/responses (as response `rid`, a new id when None); `local`: the unstored
-        chain of the WebSocket connection it came on, which it may continue and then becomes."""
+        chain of the WebSocket connection it came on, which it may continue and then becomes;
+        `batch`: a request of a batch (billed at the batch price)."""
         rid = rid or new_id("resp")
         try:
             # the stored history is read while the limits are checked (one round trip less)
             loading = asyncio.ensure_future(self.read_turn(body, record, rid, local))
             try:
-                call = await self.pipeline.begin(record, body.model, rid, "responses")
+                endpoint = "batch.responses" if batch else "responses"
+                call = await self.pipeline.begin(record, body.model, rid, endpoint, batch)
             except BaseException:
                 loading.add_done_callback(self._abandon)
                 raise

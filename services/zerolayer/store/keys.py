@@ -220,3 +220,11 @@ class AsyncKeyStore:
         """The record of a key, or None if unknown."""
         data = await self.client.hgetall(_HASH_NS + hash_key(key))
         return ApiKeyRecord.from_hash(data) if data else None
+
+    async def by_id(self, key_id: str) -> ApiKeyRecord | None:
+        """The record of a key id (a batch runs as the key that made it), or None."""
+        digest = await self.client.get(_ID_NS + key_id)
+        if not digest:
+            return None
+        data = await self.client.hgetall(_HASH_NS + keyspace.text(digest))
+        return ApiKeyRecord.from_hash(data) if data else None

@@ -28,6 +28,10 @@ __all__ = [
     "bill_rejected",
     "bill_tenant",
     "bill_tenants",
+    "batch",
+    "batch_lease",
+    "batch_queue",
+    "batch_results",
     "canary",
     "canary_last",
     "canary_lock",
@@ -49,6 +53,7 @@ __all__ = [
     "response_line",
     "signing_secret",
     "tenant_objects",
+    "tenant_batches",
     "tenant_files",
     "tenant_purged",
     "tenant_stored",
@@ -183,6 +188,28 @@ KEYSPACE: tuple[KeySpec, ...] = (
         "hash",
         "'response:<id>' / 'conversation:<id>' -> bytes; '#bytes', '#objects': the totals",
         "conversations.store",
+    ),
+    KeySpec(
+        "zl:batch:{<batch id>}",
+        "hash",
+        "tenant, key_id, fixed (JSON), status, total, completed, failed, <status>_at, files",
+        "batches.store",
+    ),
+    KeySpec(
+        "zl:batch:{<batch id>}:results",
+        "hash",
+        "line number -> result line JSON (written once)",
+        "batches.store (Lua)",
+    ),
+    KeySpec("zl:batch:{<batch id>}:lease", "string", "worker id (SET NX PX)", "batches.store"),
+    KeySpec(
+        "zl:batches:queue", "zset", "batch id -> created_at (s): still to run", "batches.store"
+    ),
+    KeySpec(
+        "zl:tenant:{<tenant>}:batches",
+        "zset",
+        "batch id -> created (microseconds)",
+        "batches.store",
     ),
     KeySpec(
         "zl:file:{<file id>}",
@@ -383,6 +410,31 @@ def conversation_items(cid: str) -> str:
 def conversation_lock(cid: str) -> str:
     """The lease of the response being generated on a conversation."""
     return conversation(cid) + ":lock"
+
+
+def batch(bid: str) -> str:
+    """A batch's hash."""
+    return f"{ROOT}batch:{{{bid}}}"
+
+
+def batch_results(bid: str) -> str:
+    """A batch's result lines by line number (hash)."""
+    return batch(bid) + ":results"
+
+
+def batch_lease(bid: str) -> str:
+    """The lease of the worker running a batch."""
+    return batch(bid) + ":lease"
+
+
+def batch_queue() -> str:
+    """The batches still to run (sorted set by creation time)."""
+    return f"{ROOT}batches:queue"
+
+
+def tenant_batches(tenant: str) -> str:
+    """A tenant's batches (sorted set by creation time)."""
+    return f"{ROOT}tenant:{{{tenant}}}:batches"
 
 
 def file(fid: str) -> str:

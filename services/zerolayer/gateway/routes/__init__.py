@@ -5,6 +5,7 @@ replica's parts; the work is done by the request path and the stores."""
 from zerolayer.gateway.routes import (
     account,
     admin,
+    batches,
     chunks,
     completions,
     console,
@@ -22,6 +23,7 @@ from zerolayer.gateway.routes import (
 __all__ = [
     "account",
     "admin",
+    "batches",
     "chunks",
     "completions",
     "console",
