@@ -110,7 +110,8 @@ class SamplingSpec(_Value):
     alternatives. `cache_salt`: the prefix cache's namespace (the tenant: prompts share cached
     blocks only within one); `affinity`: the key that sends related requests (one
     conversation, one previous_response_id chain, one prompt_cache_key) to the replica that
-    holds their prefix ('' for none)."""
+    holds their prefix ('' for none); `priority`: 0 for interactive requests, 1 for a batch's
+    (an engine starts waiting interactive requests first and keeps room for them)."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -123,6 +124,7 @@ class SamplingSpec(_Value):
     logprobs: int | None = None
     cache_salt: str = ""
     affinity: str = ""
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

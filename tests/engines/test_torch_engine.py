@@ -584,3 +584,36 @@ def test_the_prefix_cache_evicts_least_recently_used_within_its_limit(model_dir:
     whole = model.prefill(longer, 0, cache)
     rest = model.prefill(longer[64:], 0, other, start=64)
     assert torch.allclose(whole, rest, atol=1e-4)
+
+
+def test_batch_requests_leave_room_for_interactive_ones(model_dir: Path, prompts: Any) -> None:
+    """Batch requests (priority 1) take at most three quarters of the slots, and a waiting
+    interactive request starts before waiting batch requests."""
+    ids = prompts.chat([{"role": "user", "content": "Count from 1 to 50."}])
+
+    async def go() -> tuple[list[float], float]:
+        engine = TorchEngine(str(model_dir), max_model_len=512, max_num_seqs=4)
+        await engine.start()
+        try:
+            waits: dict[str, float] = {}
+
+            async def one(name: str, n: int, priority: int) -> None:
+                spec = SamplingSpec(name, ids, n, 0.0, priority=priority)
+                async for d in engine.generate(spec):
+                    if d.queue_s is not None:
+                        waits[name] = d.queue_s
+
+            batch = [asyncio.ensure_future(one(f"b{i}", 40, 1)) for i in range(5)]
+            while len(waits) < 3:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            assert len(waits) == 3  # the fourth slot is kept free
+            await one("live", 4, 0)  # takes the free slot at once
+            await asyncio.gather(*batch)
+            return [waits[f"b{i}"] for i in range(5)], waits["live"]
+        finally:
+            await engine.shutdown()
+
+    batch, live = asyncio.run(go())
+    assert live < 0.5, live
+    assert sorted(batch)[3] > live  # batch requests past the first three waited for a slot

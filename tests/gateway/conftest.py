@@ -235,6 +235,9 @@ def make_gateway(
                 "plans": {**base_config.plans, **(plans or {})},
                 "chunker": base_config.chunker.model_copy(update=chunker or {}),
                 "traffic_sampling": base_config.traffic_sampling.model_copy(update=traffic or {}),
+                # copies a test may change (a batch worker's polling, the largest upload)
+                "batches": base_config.batches.model_copy(),
+                "files": base_config.files.model_copy(),
                 "gateway": base_config.gateway.model_copy(
                     update={"admin_key_sha256": hash_key(ADMIN_KEY), **(gateway or {})}
                 ),

@@ -43,6 +43,14 @@ def until(oc: OpenAI, bid: str, statuses: set[str], within: float = 30) -> Any:
     raise AssertionError(f"batch {bid} still {got.status}")
 
 
+def progressed(oc: OpenAI, bid: str, completed: int, within: float = 30) -> None:
+    """Wait until at least `completed` requests of a batch have run."""
+    end = time.monotonic() + within
+    while (got := oc.batches.retrieve(bid)).request_counts.completed < completed:
+        assert time.monotonic() < end, got
+        time.sleep(0.02)
+
+
 def events(gw: Any) -> list[dict[str, Any]]:
     gw.billed()
     tenant = gw.record().owner
@@ -145,8 +153,7 @@ def test_a_cancelled_batch_ends_with_what_ran(make_gateway: GatewayFactory) -> N
         input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     until(oc, batch.id, {"in_progress"})
-    while oc.batches.retrieve(batch.id).request_counts.completed < 2:
-        time.sleep(0.05)
+    progressed(oc, batch.id, 2)
     cancelling = oc.batches.cancel(batch.id)
     assert cancelling.status == "cancelling" and cancelling.cancelling_at
     done = until(oc, batch.id, {"cancelled"})
@@ -172,6 +179,7 @@ def test_a_replica_that_stops_mid_batch_leaves_it_to_another_without_doubles(
     oc = fast(gw)
     cfg = gw.app.state.parts.config.batches
     cfg.lease_s = 1.0
+    cfg.concurrency = 2
     first: BatchWorker = gw.app.state.batch_worker
     made = oc.files.create(
         file=("in.jsonl", io.BytesIO(jsonl([line(f"r{i}") for i in range(30)]))), purpose="batch"
@@ -179,8 +187,7 @@ def test_a_replica_that_stops_mid_batch_leaves_it_to_another_without_doubles(
     batch = oc.batches.create(
         input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
-    while oc.batches.retrieve(batch.id).request_counts.completed < 5:
-        time.sleep(0.02)
+    progressed(oc, batch.id, 5)
     # the replica shuts down: its worker starts nothing more, lets its running requests end
     gw.client.portal.call(first.close)
     stalled = oc.batches.retrieve(batch.id)
@@ -267,3 +274,64 @@ def test_bad_batches_are_clear_4xx_and_nothing_is_queued(make_gateway: GatewayFa
     for method, path in (("GET", f"/batches/{made.id}"), ("POST", f"/batches/{made.id}/cancel")):
         r = httpx.request(method, other.http() + path, headers=other.auth, timeout=10)
         assert_openai_error(r, 404)
+
+
+def test_a_batch_past_its_window_ends_expired_with_nothing_run(
+    make_gateway: GatewayFactory,
+) -> None:
+    gw = make_gateway()
+    oc = fast(gw)
+    gw.client.portal.call(gw.app.state.batch_worker.close)  # no worker yet
+    made = oc.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl([line("a"), line("b")]))), purpose="batch"
+    )
+    batch = oc.batches.create(
+        input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    key = f"zl:batch:{{{batch.id}}}"
+    fixed = json.loads(gw.redis.hget(key, "fixed"))
+    gw.redis.hset(key, "fixed", json.dumps({**fixed, "expires_at": int(time.time()) - 1}))
+    parts = gw.app.state.parts
+    worker = BatchWorker(
+        parts.config,
+        gw.app.state.pipeline,
+        gw.app.state.responder,
+        parts.batches,
+        parts.files,
+        AsyncKeyStore(parts.limiter.client),
+    )
+    gw.client.portal.call(worker.start)
+    done = until(oc, batch.id, {"expired"})
+    gw.client.portal.call(worker.close)
+    assert done.expired_at and done.request_counts.failed == 2 and worker.ran == 0
+    errs = [json.loads(x) for x in oc.files.content(done.error_file_id).read().splitlines()]
+    assert [e["error"]["code"] for e in errs] == ["batch_expired"] * 2
+    assert [e for e in events(gw) if e["endpoint"].startswith("batch.")] == []
+
+
+def test_a_request_refused_for_a_while_is_sent_again_not_failed(
+    make_gateway: GatewayFactory,
+) -> None:
+    """Two requests at once on this key's plan: the batch's others wait their turn (429
+    concurrent_requests, Retry-After) and run later; none fails, each is billed once."""
+    gw = make_gateway(
+        engine=FakeEngine(SCRIPT, delay_s=0.02),
+        plans={"two": plan(concurrent_requests=2)},
+        key_plan="two",
+    )
+    oc = fast(gw)
+    made = oc.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl([line(f"r{i}") for i in range(12)]))), purpose="batch"
+    )
+    batch = oc.batches.create(
+        input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = until(oc, batch.id, {"completed"}, within=60)
+    assert done.request_counts.completed == 12 and done.request_counts.failed == 0
+    evs = events(gw)
+    refused = [e for e in evs if e["status"] == "rate_limited"]
+    billed = [e for e in evs if e["endpoint"] == "batch.chat.completions" and e["status"] == "ok"]
+    assert refused  # the limit was met...
+    assert len(billed) == 12 and all(int(e["cost_nanos"]) == 0 for e in refused)  # ...and waited
+    out = [json.loads(x) for x in oc.files.content(done.output_file_id).read().splitlines()]
+    assert sorted(o["response"]["request_id"] for o in out) == sorted(e["id"] for e in billed)

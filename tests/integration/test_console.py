@@ -258,6 +258,68 @@ def test_usage_shows_the_charts_the_request_log_and_the_invoice(
     assert tab.errors == []
 
 
+def test_batches_show_their_progress_and_give_their_output(
+    platform: Platform, browser: Any, customer: dict[str, str]
+) -> None:
+    """A batch of three requests to a torch tier (the real model, the gateway's batch worker)
+    runs to completed; the console's Batches page lists it with its progress and downloads
+    its output file."""
+    import json
+
+    key = customer["key"]
+    auth = {"Authorization": f"Bearer {key}"}
+    lines = [
+        {
+            "custom_id": f"q{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": f"{MODEL}:dynamic",
+                "messages": [{"role": "user", "content": f"Name a river of Europe ({i})."}],
+                "max_tokens": 12,
+                "temperature": 0,
+            },
+        }
+        for i in range(3)
+    ]
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    made = httpx.post(
+        platform.base_url + "/files",
+        headers=auth,
+        files={"file": ("rivers.jsonl", data)},
+        data={"purpose": "batch"},
+        timeout=30,
+    )
+    assert made.status_code == 200, made.text
+    body = {
+        "input_file_id": made.json()["id"],
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+    }
+    batch = httpx.post(platform.base_url + "/batches", headers=auth, json=body, timeout=30).json()
+    tab = Page(browser)
+    sign_in(tab, platform, key)
+    page = tab.page
+    page.click("#nav a[href='#/batches']")
+    row = page.locator("#batches tbody tr", has_text=batch["id"])
+    row.wait_for()
+    # the page reads a running batch's progress again by itself until it ends
+    deadline = time.monotonic() + 180
+    while "completed" not in row.inner_text():
+        assert time.monotonic() < deadline, row.inner_text()
+        time.sleep(0.5)
+    assert "3 / 3" in row.inner_text()
+    done = api(platform, f"/v1/batches/{batch['id']}", key)
+    assert done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+    with page.expect_download() as got:
+        row.get_by_role("button", name="Output").click()
+    out = [json.loads(x) for x in Path(got.value.path()).read_text().splitlines()]
+    assert [o["custom_id"] for o in out] == ["q0", "q1", "q2"]
+    assert all(o["response"]["body"]["model"].endswith(":dynamic") for o in out)
+    tab.shot("batches")
+    assert tab.errors == []
+
+
 def test_the_admin_key_sees_the_models_without_a_plans_prices(
     platform: Platform, browser: Any, customer: dict[str, str]
 ) -> None:

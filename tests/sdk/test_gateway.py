@@ -130,3 +130,51 @@ def test_a_connection_refused_is_retried_then_raised() -> None:
     with pytest.raises(zl.APIConnectionError):
         client.models.list()
     assert len(waits) == 1
+
+
+def test_files_and_batches_through_the_sdk(make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    import json
+
+    gw = make_gateway()
+    gw.app.state.parts.config.batches.poll_s = 0.02
+    client = zl.Client(api_key=gw.key, base_url=gw.http())
+    lines = [
+        {
+            "custom_id": f"q{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": MODEL, "messages": PARIS, "max_tokens": 3},
+        }
+        for i in range(3)
+    ]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    made = client.files.create(file=path, purpose="batch")
+    assert made.filename == "requests.jsonl" and made.bytes == path.stat().st_size
+    assert client.files.content(made.id) == path.read_bytes()
+    assert [f.id for f in client.files.list(purpose="batch")] == [made.id]
+    batch = client.batches.create(
+        input_file_id=made.id, endpoint="/v1/chat/completions", metadata={"k": "v"}
+    )
+    assert batch.request_counts.total == 3 and batch.metadata == {"k": "v"}
+    end = time.monotonic() + 30
+    while batch.status not in ("completed", "failed") and time.monotonic() < end:
+        time.sleep(0.05)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed" and batch.request_counts.completed == 3
+    assert batch.output_file_id is not None
+    out = [json.loads(x) for x in client.files.content(batch.output_file_id).splitlines()]
+    assert [o["custom_id"] for o in out] == ["q0", "q1", "q2"]
+    assert [b.id for b in client.batches.list()] == [batch.id]
+    with pytest.raises(zl.ConflictError):
+        client.batches.cancel(batch.id)  # it has ended
+    bad = client.files.create(file=("notes.txt", b"free text"), purpose="user_data")
+    with pytest.raises(zl.BadRequestError) as refused:
+        client.batches.create(input_file_id=bad.id, endpoint="/v1/chat/completions")
+    assert refused.value.param == "input_file_id"
+    with pytest.raises(zl.BadRequestError) as line:
+        client.files.create(file=("b.jsonl", b'{"custom_id": 1}\n'), purpose="batch")
+    assert "line 1" in str(line.value)
+    assert client.files.delete(made.id).deleted
+    with pytest.raises(zl.NotFoundError):
+        client.files.retrieve(made.id)

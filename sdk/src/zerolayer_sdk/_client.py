@@ -32,6 +32,7 @@ from .resources.chat import AsyncChat, Chat
 from .resources.chunks import AsyncChunks, Chunks
 from .resources.completions import AsyncCompletions, Completions
 from .resources.conversations import AsyncConversations, Conversations
+from .resources.files import AsyncBatches, AsyncFiles, Batches, Files
 from .resources.models import AsyncModels, Models
 from .resources.responses import AsyncResponses, Responses
 
@@ -72,6 +73,8 @@ class Client(SyncAPIClient):
         self.completions = Completions(self)
         self.responses = Responses(self)
         self.conversations = Conversations(self)
+        self.files = Files(self)
+        self.batches = Batches(self)
         self.models = Models(self)
         self.usage = Usage(self)
         self.invoices = Invoices(self)
@@ -133,6 +136,8 @@ class AsyncClient(AsyncAPIClient):
         self.completions = AsyncCompletions(self)
         self.responses = AsyncResponses(self)
         self.conversations = AsyncConversations(self)
+        self.files = AsyncFiles(self)
+        self.batches = AsyncBatches(self)
         self.models = AsyncModels(self)
         self.usage = AsyncUsage(self)
         self.invoices = AsyncInvoices(self)

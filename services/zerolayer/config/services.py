@@ -381,7 +381,11 @@ class BatchesConfig(Strict):
     """The Batch API's workers (one in each gateway replica)."""
 
     concurrency: int = Field(
-        default=8, ge=1, le=256, description="Requests of one batch a worker runs at once"
+        default=32,
+        ge=1,
+        le=256,
+        description="Requests of one batch a worker runs at once (the engines keep a quarter "
+        "of their slots for interactive requests)",
     )
     poll_s: float = Field(
         default=1.0, gt=0, description="How often an idle worker looks for a batch"

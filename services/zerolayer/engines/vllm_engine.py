@@ -72,6 +72,8 @@ class VLLMEngine:
             "enforce_eager": eager,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "disable_log_stats": True,
+            # a batch's requests (priority 1) wait behind interactive ones (0)
+            "scheduling_policy": "priority",
             **self.engine_args,
         }
 
@@ -97,7 +99,9 @@ class VLLMEngine:
             prompt["cache_salt"] = spec.cache_salt
         # Closing this generator (client gone) closes vLLM's, which aborts the request.
         cached: int | None = None
-        async for out in self._llm.generate(prompt, params, spec.request_id):
+        async for out in self._llm.generate(
+            prompt, params, spec.request_id, priority=spec.priority
+        ):
             comp = out.outputs[0]
             finish = comp.finish_reason if out.finished else None
             if comp.token_ids or comp.text or finish:

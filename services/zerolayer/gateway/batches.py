@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import itertools
 import json
 import logging
 import secrets
@@ -32,7 +33,7 @@ from pydantic import ValidationError
 from zerolayer.batches import ACTIVE, BatchStore
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import NotFound
-from zerolayer.errors import APIError, InvalidRequest
+from zerolayer.errors import APIError, InvalidRequest, RetryLater
 from zerolayer.files import FileStore
 from zerolayer.gateway.bodies import validation_message
 from zerolayer.gateway.pipeline import Answered, Pipeline
@@ -47,6 +48,25 @@ __all__ = ["BatchWorker", "batch_lines"]
 log = logging.getLogger(__name__)
 
 OUTPUT_TTL_S = 30 * 86400
+
+
+class _Status:
+    """Whether a running batch should start no more requests (cancelled, or past its window),
+    read from Redis at most every `every_s` (not once per request)."""
+
+    def __init__(self, batches: BatchStore, bid: str, fixed: dict[str, Any], every_s: float = 0.1):
+        self.batches, self.bid, self.fixed, self.every_s = batches, bid, fixed, every_s
+        self._at = -every_s
+        self._stop = False
+
+    async def stopping(self) -> bool:
+        if time.time() > self.fixed["expires_at"]:
+            return True
+        now = time.monotonic()
+        if not self._stop and now - self._at >= self.every_s:
+            self._at = now
+            self._stop = (await self.batches.raw(self.bid)).get("status") == "cancelling"
+        return self._stop
 
 
 def batch_lines(data: bytes) -> list[dict[str, Any]]:
@@ -149,15 +169,17 @@ class BatchWorker:
         record = await self.keys.by_id(h["key_id"])
         noted = await self.batches.noted(bid)
         todo = [(n, line) for n, line in enumerate(lines, 1) if n not in noted]
-        gate = asyncio.Semaphore(self.config.batches.concurrency)
+        gate = asyncio.Semaphore(self._width(record, lines))
 
         lost = lost or asyncio.Event()
+        watch = _Status(self.batches, bid, fixed)
+        targets: dict[str, Any] = {}  # model -> its tier, resolved once per batch
 
         async def one(n: int, line: dict[str, Any]) -> None:
             async with gate:
-                if self._stop.is_set() or lost.is_set() or await self._stopping(bid, fixed):
+                if self._stop.is_set() or lost.is_set() or await watch.stopping():
                     return
-                await self._yield(record, line)
+                await self._yield(record, line, targets)
                 result, ok = await self.request(bid, n, line, fixed["endpoint"], record)
                 await self.batches.note(bid, n, result, ok)
                 self.ran += 1
@@ -167,20 +189,35 @@ class BatchWorker:
             return  # left for the next worker, which skips what was noted
         await self._finalize(bid, tenant, lines, fixed)
 
-    async def _stopping(self, bid: str, fixed: dict[str, Any]) -> bool:
-        status = (await self.batches.raw(bid)).get("status")
-        return status == "cancelling" or time.time() > fixed["expires_at"]
-
-    async def _yield(self, record: ApiKeyRecord | None, line: dict[str, Any]) -> None:
-        """Wait while the request's tier has a queue of interactive requests."""
-        if record is None:
-            return
+    def _width(self, record: ApiKeyRecord | None, lines: list[dict[str, Any]]) -> int:
+        """How many of a batch's requests run at once: batches.concurrency, and at most three
+        quarters of the request slots of the tier its first request names (its replicas'
+        max_ongoing_requests): Serve queues a replica's requests past those in one line, so a
+        batch that filled them would put interactive requests behind its own."""
+        width = self.config.batches.concurrency
+        if record is None or not lines:
+            return width
         try:
-            target = self.pipeline.catalog.resolve(
-                line["body"]["model"], record.plan, await self.pipeline.states()
-            )
-        except APIError:
-            return  # the request itself will say what is wrong
+            target = self.pipeline.catalog.resolve(lines[0]["body"]["model"], record.plan, None)
+        except (APIError, KeyError, TypeError):
+            return width
+        tier = self.config.models[target.model].tiers[target.tier]
+        return max(1, min(width, tier.max_ongoing_requests * 3 // 4))
+
+    async def _yield(
+        self, record: ApiKeyRecord | None, line: dict[str, Any], targets: dict[str, Any]
+    ) -> None:
+        """Wait while the request's tier has a queue of interactive requests."""
+        model = line["body"]["model"]
+        if record is None or not isinstance(model, str):
+            return
+        target = targets.get(model)
+        if target is None:
+            try:
+                states = await self.pipeline.states()
+                target = targets[model] = self.pipeline.catalog.resolve(model, record.plan, states)
+            except APIError:
+                return  # the request itself will say what is wrong
         limit = self.pipeline.admission.threshold_s * self.config.batches.yield_wait_share
         while self.pipeline.admission.wait_s(str(target)) > limit and not self._stop.is_set():
             await asyncio.sleep(0.2)
@@ -193,13 +230,24 @@ class BatchWorker:
         endpoint: str,
         record: ApiKeyRecord | None,
     ) -> tuple[dict[str, Any], bool]:
-        """Run one request; its result line, and whether it succeeded."""
+        """Run one request; its result line, and whether it succeeded. A refusal that clears
+        with time (the key's per-minute limits, a tier shedding load, a replica shutting
+        down) is waited out and the request sent again (under a new id: the refusal's usage
+        event has the first); the month's budget spent is the request's answer."""
         rid = f"{bid}-{n}"
         status, body = 200, None
         try:
             if record is None or record.revoked:
                 raise InvalidRequest("the API key that made this batch was revoked")
-            body = await self._answer(rid, line["body"], endpoint, record)
+            for attempt in itertools.count():
+                try:
+                    body = await self._answer(rid, line["body"], endpoint, record)
+                    break
+                except RetryLater as exc:
+                    if exc.code == "monthly_budget" or self._stop.is_set():
+                        raise
+                    await asyncio.sleep(min(exc.retry_after, self.config.batches.poll_s * 5))
+                    rid = f"{bid}-{n}.{attempt + 1}"
         except ValidationError as exc:
             message, param = validation_message([dict(e) for e in exc.errors()])
             err = InvalidRequest(message, param=param)

@@ -215,6 +215,7 @@ class Pipeline:
             # the prefix cache is shared within a tenant only
             cache_salt=call.record.owner,
             affinity=f"{call.record.owner}\0{ask.affinity}" if ask.affinity else "",
+            priority=1 if call.batch else 0,
         )
         call.dest = self.route(target, len(fitted.ids))
         specs = [spec] if ask.n == 1 else [_choice(spec, i) for i in range(ask.n)]
@@ -438,8 +439,10 @@ class Pipeline:
 
     def ended(self, call: Call, end: End) -> None:
         """What a finished request tells admission control and the metrics: its queue wait,
-        latencies and tokens, per tier and plan."""
-        if end.queue_s is not None:
+        latencies and tokens, per tier and plan. A batch's request says nothing of the tier's
+        queue: the engines start interactive requests first, so its wait is not theirs (and a
+        batch worker that counted its own waits would stall itself)."""
+        if end.queue_s is not None and not call.batch:
             self.admission.record(str(call.target), end.queue_s)
         self.meter.observed(call, end)
 

@@ -16,10 +16,15 @@ from .chat import AsyncChat, AsyncChatCompletionStream, Chat, ChatCompletionStre
 from .chunks import AsyncChunks, AsyncChunkStream, Chunks, ChunkStream
 from .completions import AsyncCompletionStream, CompletionStream
 from .conversations import AsyncConversations, AsyncItems, Conversations, Items
+from .files import AsyncBatches, AsyncFiles, Batches, Files
 from .models import AsyncModels, Models
 from .responses import AsyncResponses, AsyncResponseStream, Responses, ResponseStream
 
 __all__ = [
+    "Files",
+    "AsyncFiles",
+    "Batches",
+    "AsyncBatches",
     "Accounts",
     "AsyncAccounts",
     "Requests",

@@ -55,6 +55,7 @@ from .conversations import (
     ConversationUpdateParams,
     ItemCreateParams,
 )
+from .files import Batch, BatchCreateParams, BatchRequestCounts, FileDeleted, FileObject
 from .invoices import (
     Invoice,
     InvoiceLine,
@@ -92,6 +93,11 @@ from .usage import (
 )
 
 __all__ = [
+    "Batch",
+    "BatchCreateParams",
+    "BatchRequestCounts",
+    "FileDeleted",
+    "FileObject",
     "ChatCompletionMessageParam",
     "StreamOptions",
     "ChatCompletionCreateParams",

@@ -6,7 +6,10 @@ sequence in a single batched forward. Keys and values stay in a slot cache, one 
 sequence; finished sequences give their slot to the last one, so running slots are always 0..n-1.
 Tokens reach each request's async iterator through its event loop as soon as they are sampled.
 Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
-max_tokens is reserved up front, so no running sequence ever has to be pre-empted).
+max_tokens is reserved up front, so no running sequence ever has to be pre-empted). Waiting
+interactive requests start before waiting batch requests (SamplingSpec.priority), and batch
+requests take at most three quarters of max_num_seqs: an interactive request finds a free slot
+at the next step even while a batch runs.
 
 A prefix cache (prefix.py) keeps the keys and values of whole blocks of finished sequences
 (prompt and output) in the part of the KV budget the slots do not use, so a prompt that begins
@@ -429,9 +432,15 @@ class TorchEngine:
 
     def _admit(self, waiting: list[_Request], running: list[_Request], cache: Any) -> None:
         budget = self.prefill_tokens
-        waiting[:] = [r for r in waiting if not r.cancelled]
+        # interactive first (a stable sort: arrival order within a priority)
+        waiting[:] = sorted((r for r in waiting if not r.cancelled), key=lambda r: r.spec.priority)
+        low_most = max(1, self.max_num_seqs * 3 // 4)  # slots batch requests may hold
         while waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
+            if req.spec.priority > 0:
+                low = sum(1 for r in running if r.spec.priority > 0)
+                if low >= low_most:
+                    break  # the rest of the slots wait for interactive requests
             n = len(req.spec.prompt_token_ids)
             if running and n > budget and budget < self.prefill_tokens:
                 break  # the step's prefill budget is spent (a long prompt still goes first)

@@ -695,6 +695,50 @@ async function usagePanels(view, base) {
   }
 }
 
+// ---- batches ------------------------------------------------------------------------------
+
+const ACTIVE_BATCH = new Set(["validating", "in_progress", "finalizing", "cancelling"]);
+
+function batchProgress(b) {
+  const c = b.request_counts;
+  const done = c.completed + c.failed;
+  return el("span", { class: "progress" },
+    el("progress", { max: Math.max(1, c.total), value: done, "aria-label": `${b.id}: ${done} of ${c.total} requests done` }),
+    ` ${done} / ${c.total}`, c.failed ? ` (${c.failed} failed)` : "");
+}
+
+function batchFiles(b) {
+  const out = [];
+  for (const [id, label] of [[b.output_file_id, "Output"], [b.error_file_id, "Errors"]]) {
+    if (!id) continue;
+    out.push(el("button", { type: "button", class: "secondary",
+      onclick: () => download(`/v1/files/${encodeURIComponent(id)}/content`, `${b.id}-${label.toLowerCase()}.jsonl`).catch((err) => say(err.message)) }, label));
+  }
+  return out.length ? out : "–";
+}
+
+async function viewBatches(view) {
+  view.append(el("h1", {}, "Batches"),
+    el("p", { class: "note" }, "Files of requests run on the tiers' spare capacity at the batch price (POST /v1/batches); newest first."));
+  const body = el("div", { id: "batches", "aria-live": "polite" });
+  view.append(el("div", { class: "panel" }, body));
+  async function draw() {
+    const page = await api("/v1/batches?limit=100");
+    body.replaceChildren(page.data.length
+      ? table("Batches, newest first", ["Batch", "Endpoint", "Status", "Created (UTC)", "Progress", "Files"],
+        page.data.map((b) => [b.id, b.endpoint, b.status, when(b.created_at), batchProgress(b), batchFiles(b)]))
+      : el("p", { class: "note" }, "No batches yet."));
+    return page.data.some((b) => ACTIVE_BATCH.has(b.status));
+  }
+  let active = await draw();
+  // while a batch runs, its progress is read again every 2 s (only while this page is shown)
+  const timer = setInterval(async () => {
+    if (!view.isConnected) { clearInterval(timer); return; }
+    if (active) active = await draw().catch(() => active);
+  }, 2000);
+  say("batches loaded");
+}
+
 // ---- playground ---------------------------------------------------------------------------
 
 async function* sse(resp) {
@@ -1075,9 +1119,9 @@ async function viewOperations(view) {
 
 const ROUTES = {
   models: viewModels, silence: viewSilence, usage: viewUsage, playground: viewPlayground,
-  keys: viewKeys, tenants: viewTenants, operations: viewOperations,
+  batches: viewBatches, keys: viewKeys, tenants: viewTenants, operations: viewOperations,
 };
-const CUSTOMER_ONLY = new Set(["usage", "playground"]);
+const CUSTOMER_ONLY = new Set(["usage", "playground", "batches"]);
 const ADMIN_ONLY = new Set(["tenants", "operations"]);
 
 async function route() {

@@ -1,0 +1,322 @@
+"""What the Batch API does on the started platform (Ray Serve, Redis, the gateway's batch worker),
+in three parts:
+
+  machinery  a --lines batch of chat requests through the scripted fake engine (16 tokens, no
+             model time): requests per second from creation to `completed`, --repeats batches
+  tier       a --real-lines batch through a real torch tier (the dense model): completion
+             tokens per second from creation to `completed`, against the same engine's offline
+             throughput at its best batch size (8, 16 or 32 requests at once, measured in this
+             process before the platform starts, the same prompts and max_tokens)
+  priority   interactive time to first token at 8 streaming clients, with a batch running and
+             without, in --repeats interleaved rounds of --round-s seconds each (shuffled
+             order): median of the per-round ratios of p50 TTFT (with / without) and spread
+
+Targets: machinery at least 500 requests/s; tier at least 0.9 of offline; priority at most 1.2.
+Writes benchmarks/results/batch.json.
+
+  .venv/bin/python benchmarks/batch.py [--parts machinery,tier,priority] [--lines 1000]
+      [--real-lines 96] [--tokens 48] [--repeats 5] [--round-s 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import random
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gateway import fake_config, pct  # noqa: E402
+
+RESULTS = HERE / "results" / "batch.json"
+MODEL = "smollm2-135m:baseline"
+TOPICS = ["rivers", "lakes", "mountains", "deserts", "islands", "forests", "cities", "seas"]
+
+
+def question(i: int) -> str:
+    return f"Write three sentences about {TOPICS[i % len(TOPICS)]} (note {i})."
+
+
+def batch_file(n: int, tokens: int) -> bytes:
+    lines = []
+    for i in range(n):
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": question(i)}],
+            "max_tokens": tokens,
+            "temperature": 0,
+        }
+        lines.append(
+            {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+        )
+    return b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+
+
+def run_batch(oc: Any, n: int, tokens: int) -> tuple[float, int, dict[str, Any]]:
+    """Seconds from creation to completed, completion tokens of its answers, the batch."""
+    made = oc.files.create(file=("in.jsonl", io.BytesIO(batch_file(n, tokens))), purpose="batch")
+    t0 = time.perf_counter()
+    batch = oc.batches.create(
+        input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    while True:
+        got = oc.batches.retrieve(batch.id)
+        if got.status in ("completed", "failed", "expired", "cancelled"):
+            break
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    if got.status != "completed" or got.request_counts.failed:
+        raise RuntimeError(f"batch ended {got.status}: {got.request_counts}")
+    out = [json.loads(x) for x in oc.files.content(got.output_file_id).read().splitlines()]
+    completion = sum(o["response"]["body"]["usage"]["completion_tokens"] for o in out)
+    return wall, completion, got.model_dump()
+
+
+def platform_with(cfg: Any, tier: dict[str, Any]) -> Any:
+    """The platform config with one tier `baseline` as given, a benchmark plan, fast polling."""
+    base = fake_config(cfg, True)
+    data = base.model_dump()
+    data["models"][cfg.default_model]["tiers"] = {"baseline": tier}
+    data["batches"]["poll_s"] = 0.05
+    return type(cfg).model_validate(data)
+
+
+def machinery(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from openai import OpenAI
+    from zerolayer.serve.launcher import Platform
+
+    pcfg = fake_config(cfg, True)
+    data = pcfg.model_dump()
+    data["batches"]["poll_s"] = 0.05
+    data["batches"]["concurrency"] = args.concurrency
+    platform = Platform(type(cfg).model_validate(data)).start()
+    try:
+        oc = OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0, timeout=600)
+        run_batch(oc, 50, 16)  # warm-up
+        rates = []
+        for k in range(args.repeats):
+            wall, _, _ = run_batch(oc, args.lines, 16)
+            rates.append(args.lines / wall)
+            print(
+                f"machinery: batch {k + 1}: {args.lines} requests in {wall:.2f} s = "
+                f"{rates[-1]:.0f}/s",
+                flush=True,
+            )
+    finally:
+        platform.stop()
+    return {
+        "lines": args.lines,
+        "concurrency": args.concurrency,
+        "median_lines_per_s": round(statistics.median(rates), 1),
+        "min": round(min(rates), 1),
+        "max": round(max(rates), 1),
+        "target_lines_per_s": 500,
+    }
+
+
+async def offline(model_dir: Path, prompts: Any, n: int, tokens: int) -> dict[int, float]:
+    """The torch engine's tokens/s over the same requests at 8, 16 and 32 at once."""
+    from zerolayer.engines.torch_engine import TorchEngine
+    from zerolayer.protocol import SamplingSpec
+
+    ids = [prompts.chat([{"role": "user", "content": question(i)}]) for i in range(n)]
+    engine = TorchEngine(
+        str(model_dir), max_model_len=1024, max_num_seqs=32, kv_cache_gib=1, prefix_cache_gib=0
+    )
+    await engine.start()
+    out = {}
+    try:
+        for width in (8, 8, 16, 32):  # the first 8: warm-up
+            gate = asyncio.Semaphore(width)
+
+            async def one(x: list[int], gate: asyncio.Semaphore = gate) -> int:
+                async with gate:
+                    spec = SamplingSpec(uuid.uuid4().hex, x, tokens, 0.0)
+                    return sum([len(d.token_ids) async for d in engine.generate(spec)])
+
+            t0 = time.perf_counter()
+            made = sum(await asyncio.gather(*(one(x) for x in ids)))
+            out[width] = made / (time.perf_counter() - t0)
+    finally:
+        await engine.shutdown()
+    return out
+
+
+def tier(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from openai import OpenAI
+    from zerolayer.models.importer import ensure_model
+    from zerolayer.serve.launcher import Platform
+    from zerolayer.tokenfix.prompt import PromptBuilder
+
+    model_dir = ensure_model(cfg, cfg.default_model)
+    best = asyncio.run(offline(model_dir, PromptBuilder(model_dir), args.real_lines, args.tokens))
+    width = max(best, key=lambda w: best[w])
+    print(f"offline tokens/s by requests at once: {best}", flush=True)
+    platform = Platform(platform_with(cfg, torch_tier(args))).start()
+    try:
+        oc = OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0, timeout=600)
+        run_batch(oc, 8, 8)  # warm-up
+        runs = []
+        for k in range(args.tier_repeats):
+            wall, completion, _ = run_batch(oc, args.real_lines, args.tokens)
+            runs.append(completion / wall)
+            print(
+                f"tier: batch {k + 1}: {completion} tokens in {wall:.1f} s = "
+                f"{runs[-1]:.1f} tokens/s ({runs[-1] / best[width]:.3f} of offline)",
+                flush=True,
+            )
+    finally:
+        platform.stop()
+    return {
+        "lines": args.real_lines,
+        "max_tokens": args.tokens,
+        "offline_tokens_per_s": {str(k): round(v, 1) for k, v in best.items()},
+        "offline_best_width": width,
+        "batch_tokens_per_s": [round(r, 1) for r in runs],
+        "median_ratio": round(statistics.median(runs) / best[width], 4),
+        "target_ratio": 0.9,
+    }
+
+
+def torch_tier(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "engine": "torch",
+        "artifact": "dense",
+        "max_ongoing_requests": 32,
+        "kv_cache_gib": 1,
+        "threads": 2,  # as the shipped torch tiers: Ray gives num_cpus < 1 one thread
+        "ray_actor_options": {"num_cpus": 0.5, "num_gpus": 0},
+    }
+
+
+async def ttft(http: Any, root: str, clients: int, seconds: float) -> list[float]:
+    """Times to first token of streamed chat requests sent by `clients` for `seconds`."""
+    out: list[float] = []
+    end = time.monotonic() + seconds
+
+    async def client(c: int) -> None:
+        i = 0
+        while time.monotonic() < end:
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": question(1000 + c * 100 + i)}],
+                "max_tokens": 16,
+                "stream": True,
+            }
+            t0 = time.perf_counter()
+            async with http.stream("POST", root + "/v1/chat/completions", json=body) as r:
+                first = None
+                async for chunk in r.aiter_text():
+                    if first is None and '"content"' in chunk:
+                        first = time.perf_counter() - t0
+                if first is not None:
+                    out.append(first)
+            i += 1
+
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return out
+
+
+def priority(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+    from openai import OpenAI
+    from zerolayer.serve.launcher import Platform
+
+    platform = Platform(platform_with(cfg, torch_tier(args))).start()
+    rng = random.Random(args.seed)
+    rows = []
+    try:
+        oc = OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0, timeout=600)
+        root = platform.base_url.removesuffix("/v1")
+        headers = {"Authorization": f"Bearer {platform.key}"}
+
+        async def measure(with_batch: bool) -> float:
+            async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+                batch = None
+                if with_batch:
+                    data = batch_file(400, args.tokens)
+                    made = oc.files.create(file=("b.jsonl", io.BytesIO(data)), purpose="batch")
+                    batch = oc.batches.create(
+                        input_file_id=made.id,
+                        endpoint="/v1/chat/completions",
+                        completion_window="24h",
+                    )
+                    while oc.batches.retrieve(batch.id).request_counts.completed < 4:
+                        await asyncio.sleep(0.1)
+                got = await ttft(http, root, 8, args.round_s)
+                if batch is not None:
+                    oc.batches.cancel(batch.id)
+                    while oc.batches.retrieve(batch.id).status != "cancelled":
+                        await asyncio.sleep(0.1)
+                return pct(got, 0.5)  # milliseconds
+
+        asyncio.run(measure(False))  # warm-up
+        for k in range(args.repeats):
+            order = [False, True]
+            rng.shuffle(order)
+            row: dict[str, Any] = {}
+            for with_batch in order:
+                row["with" if with_batch else "without"] = asyncio.run(measure(with_batch))
+            row["ratio"] = row["with"] / row["without"]
+            rows.append(row)
+            print(
+                f"priority: round {k + 1}: p50 TTFT without {row['without']:.0f} ms, "
+                f"with a batch {row['with']:.0f} ms = {row['ratio']:.3f}",
+                flush=True,
+            )
+    finally:
+        platform.stop()
+    ratios = [r["ratio"] for r in rows]
+    return {
+        "clients": 8,
+        "round_s": args.round_s,
+        "median_ratio": round(statistics.median(ratios), 4),
+        "min_ratio": round(min(ratios), 4),
+        "max_ratio": round(max(ratios), 4),
+        "rounds": rows,
+        "target_ratio": 1.2,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--parts", default="machinery,tier,priority")
+    ap.add_argument("--lines", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=8, help="batches.concurrency (machinery)")
+    ap.add_argument("--real-lines", type=int, default=96)
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tier-repeats", type=int, default=3)
+    ap.add_argument("--round-s", type=float, default=12.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    from zerolayer.config import load_config
+
+    cfg = load_config()
+    parts = args.parts.split(",")
+    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv)}
+    if args.out.exists():
+        out = {**json.loads(args.out.read_text()), **out}
+    for name, run in (("machinery", machinery), ("tier", tier), ("priority", priority)):
+        if name in parts:
+            out[name] = run(cfg, args)
+            print(json.dumps({name: {k: v for k, v in out[name].items() if k != "rounds"}}))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
