@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -158,8 +159,9 @@ def tier_deployment(
         },
         health_check_period_s=10,
         health_check_timeout_s=30,
-        # a conversation's requests go to the replica that holds its prefix (replicas/routing.py)
-        request_router_config={"request_router_class": ROUTER},
+        # a conversation's requests go to the replica that holds its prefix (replicas/routing.py);
+        # Serve refuses a custom router on an application's ingress while HAProxy is on
+        request_router_config={} if haproxy_on(cfg) else {"request_router_class": ROUTER},
         # the artifact's stamp: a new one makes Serve call reconfigure on the running replicas
         # (a lightweight update, no restart), which swap the artifact in place
         user_config={"artifact_stamp": stamp},
@@ -170,6 +172,13 @@ def tier_deployment(
     # a change of the platform config still restarts them. (Serve only lets its own code set
     # the version: a private API, kept in zerolayer.ray_private.)
     return versioned(deployment, _version(cfg, model, tier, short))
+
+
+def haproxy_on(cfg: PlatformConfig) -> bool:
+    """Whether Serve runs with HAProxy here: the platform's setting, or the environment Ray
+    reads it from (a cluster's)."""
+    env = os.environ.get("RAY_SERVE_ENABLE_HA_PROXY", "0").strip().lower() in ("1", "true")
+    return env or (cfg.ray.throughput_optimized and cfg.ray.haproxy)
 
 
 def _version(cfg: PlatformConfig, model: str, tier: str, short: bool) -> str:
