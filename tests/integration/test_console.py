@@ -201,8 +201,11 @@ def test_the_playground_streams_continues_and_compares_with_usage_and_cost(
     assert stored["output"][0]["content"][0]["text"] == second["text"]
     usage = stored["usage"]
     price = api(platform, "/v1/account", key)["plan"]["prices"]["dynamic"]
+    # the continued turn reads the first from the tier's prefix cache: those at the cached price
+    cached = usage["input_tokens_details"]["cached_tokens"]
     cost = (
-        usage["input_tokens"] * float(price["prompt_per_1k"])
+        (usage["input_tokens"] - cached) * float(price["prompt_per_1k"])
+        + cached * float(price["cached_prompt_per_1k"])
         + usage["output_tokens"] * float(price["completion_per_1k"])
     ) / 1000
     assert abs(float(second["cost"]) - cost) < 1e-9, (second, usage, price)
