@@ -43,6 +43,19 @@ def until(oc: OpenAI, bid: str, statuses: set[str], within: float = 30) -> Any:
     raise AssertionError(f"batch {bid} still {got.status}")
 
 
+def another_worker(gw: Any) -> BatchWorker:
+    """A second batch worker on the gateway's own parts (as another replica's would be)."""
+    parts = gw.app.state.parts
+    return BatchWorker(
+        parts.config,
+        gw.app.state.pipeline,
+        gw.app.state.responder,
+        parts.batches,
+        parts.files,
+        AsyncKeyStore(parts.limiter.client),
+    )
+
+
 def progressed(oc: OpenAI, bid: str, completed: int, within: float = 30) -> None:
     """Wait until at least `completed` requests of a batch have run."""
     end = time.monotonic() + within
@@ -194,15 +207,7 @@ def test_a_replica_that_stops_mid_batch_leaves_it_to_another_without_doubles(
     assert stalled.status == "in_progress" and stalled.request_counts.completed < 30
     time.sleep(0.3)
     assert oc.batches.retrieve(batch.id).request_counts == stalled.request_counts
-    parts = gw.app.state.parts
-    second = BatchWorker(
-        parts.config,
-        gw.app.state.pipeline,
-        gw.app.state.responder,
-        parts.batches,
-        parts.files,
-        AsyncKeyStore(parts.limiter.client),
-    )
+    second = another_worker(gw)
     gw.client.portal.call(second.start)
     done = until(oc, batch.id, {"completed"})
     gw.client.portal.call(second.close)
@@ -291,15 +296,7 @@ def test_a_batch_past_its_window_ends_expired_with_nothing_run(
     key = f"zl:batch:{{{batch.id}}}"
     fixed = json.loads(gw.redis.hget(key, "fixed"))
     gw.redis.hset(key, "fixed", json.dumps({**fixed, "expires_at": int(time.time()) - 1}))
-    parts = gw.app.state.parts
-    worker = BatchWorker(
-        parts.config,
-        gw.app.state.pipeline,
-        gw.app.state.responder,
-        parts.batches,
-        parts.files,
-        AsyncKeyStore(parts.limiter.client),
-    )
+    worker = another_worker(gw)
     gw.client.portal.call(worker.start)
     done = until(oc, batch.id, {"expired"})
     gw.client.portal.call(worker.close)
