@@ -75,10 +75,13 @@ def setup_budget(seconds: float) -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that needs the imported model (directly or through another fixture) as
-    `model`, so the fast selection can leave them out."""
+    `model`, so the fast selection can leave them out. Tests that start a Ray of their own
+    (`local_serve`) run first: the integration tests' platform keeps its Ray in this process
+    from its first test to the session's end, and a process holds one Ray at a time."""
     for item in items:
         if "model_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.model)
+    items.sort(key=lambda item: "local_serve" not in getattr(item, "fixturenames", ()))
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from tests.conftest import free_port, setup_budget
 
 ADMIN_KEY = "zla-integration-admin"
 MONITORING = {
-    "sample_rate": 0.5,
+    "sample_rate": 1.0,
     "bucket_s": 3,
     "flush_s": 0.5,
     "channels_flush_s": 0.5,
@@ -68,7 +68,8 @@ def platform(
                     "haproxy_connections_per_source": PER_SOURCE,
                 }
             ),
-            # live signals in short buckets, every other step sampled, the canary on demand
+            # live signals in short buckets, every step sampled (a bucket of one short request then
+            # always holds its prefill: steadier skip rates), the canary on demand
             "monitoring": base_config.monitoring.model_copy(update=MONITORING),
         }
     )

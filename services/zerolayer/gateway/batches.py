@@ -100,13 +100,17 @@ class BatchWorker:
         self.ran = 0  # requests run (tests, stats)
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop())
+        """Start polling on the running loop. Once only: an app's lifespan run again (a second
+        test client over the same app) leaves the first worker on its own loop."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._loop())
 
     async def close(self, drain_s: float = 30.0) -> None:
-        """Start no more requests; wait (at most drain_s) for those running to finish."""
-        self._stop.set()
-        if self._task is None:
+        """Start no more requests; wait (at most drain_s) for those running to finish. Only
+        from the loop the worker runs on: another loop's lifespan ending leaves it running."""
+        if self._task is None or self._task.get_loop() is not asyncio.get_running_loop():
             return
+        self._stop.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), drain_s)
         except asyncio.TimeoutError:
