@@ -617,3 +617,44 @@ def test_batch_requests_leave_room_for_interactive_ones(model_dir: Path, prompts
     batch, live = asyncio.run(go())
     assert live < 0.5, live
     assert sorted(batch)[3] > live  # batch requests past the first three waited for a slot
+
+
+def test_batch_requests_start_into_few_rows_while_interactive_ones_run(
+    model_dir: Path, prompts: Any
+) -> None:
+    """While an interactive request runs, batch requests start into at most batch_rows_busy
+    rows; once it is done they fill three quarters of the slots again."""
+    ids = prompts.chat([{"role": "user", "content": "Count from 1 to 50."}])
+
+    async def go() -> tuple[int, int]:
+        engine = TorchEngine(str(model_dir), max_model_len=512, max_num_seqs=8, batch_rows_busy=2)
+        await engine.start()
+        try:
+            started: list[str] = []
+            seen: list[int] = []  # batch requests started, at the interactive one's 40th token
+
+            async def one(name: str, n: int, priority: int) -> None:
+                spec = SamplingSpec(name, ids, n, 0.0, priority=priority)
+                k = 0
+                async for d in engine.generate(spec):
+                    if d.queue_s is not None:
+                        started.append(name)
+                    k += len(d.token_ids)
+                    if name == "live" and k >= 40 and not seen:
+                        seen.append(len(started) - 1)
+
+            live = asyncio.ensure_future(one("live", 60, 0))
+            while "live" not in started:
+                await asyncio.sleep(0.01)
+            batch = [asyncio.ensure_future(one(f"b{i}", 120, 1)) for i in range(8)]
+            await live
+            while len(started) < 7:  # then three quarters of 8 run at once
+                await asyncio.sleep(0.01)
+            await asyncio.gather(*batch)
+            return seen[0], len(started) - 1
+        finally:
+            await engine.shutdown()
+
+    during, after = asyncio.run(go())
+    assert during == 2, during  # none of them ends within 120 tokens: two rows while it ran
+    assert after == 8

@@ -295,7 +295,10 @@ def make_gateway(
                 conversations=ConversationStore(
                     aclient, cfg.conversations.response_ttl_s, cfg.conversations.conversation_ttl_s
                 ),
-                files=FileStore(aclient, str(files_dir)),
+                # the session's folder, or the store a test configured (a bucket)
+                files=FileStore(
+                    aclient, cfg.files.url or str(files_dir), cfg.files.storage_options
+                ),
                 batches=BatchStore(aclient),
                 # the tier board the launcher writes, read at every request (no caching)
                 tiers=AsyncTierBoard(aclient, ttl_s=0.0) if board else None,

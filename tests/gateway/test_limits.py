@@ -251,6 +251,32 @@ def test_every_step_is_idempotent_by_request_id(redis_url: str) -> None:
     assert settled == {"req": 1, "tok": 30, "spend": 1200, "leases": 0, "reservations": 0}
 
 
+def test_a_request_id_run_again_after_its_settlement_counts_once(redis_url: str) -> None:
+    """A batch request run again under its id (its worker lost the note of the first run): the
+    second settlement finds the usage event there and gives its reservation back whole, so the
+    month's spend and the minute's tokens count the request once, as the invoice does."""
+    from tests.billing.conftest import event
+
+    limits = plan(tokens_per_minute=1000, monthly_budget_usd=1.0)
+
+    async def run() -> list[dict[str, Any]]:
+        lim, clock, client = _limiter(redis_url)
+        key = "again" + uuid.uuid4().hex[:8]
+        used = event("tenant", time.time(), key_id=key, eid="batch_x-1")
+        seen = []
+        for _ in range(2):  # the first run, then the same request run again
+            r = await lim.request(key, "p", limits, "batch_x-1")
+            await lim.reserve(r, "p", limits, 100, 5000)
+            assert await lim.settle(r, 30, 1200, event=used) is True
+            seen.append(_counters(redis_url, key, r.minute))
+        await client.aclose()
+        return seen
+
+    first, again = asyncio.run(run())
+    assert first == {"req": 0, "tok": 30, "spend": 1200, "leases": 0, "reservations": 0}
+    assert again == first
+
+
 def test_the_sweep_returns_what_a_dead_gateway_held_and_renewal_keeps_the_living(
     redis_url: str,
 ) -> None:

@@ -218,6 +218,25 @@ def test_an_existing_admin_secret_and_external_redis(render: Any) -> None:
     assert gcs["redisPassword"]["valueFrom"]["secretKeyRef"]["name"] == "gcs"
 
 
+def test_files_in_a_bucket_reach_every_ray_pod_with_its_credentials(render: Any) -> None:
+    objects, _ = render()
+    env = {e["name"] for e in _pod_specs(objects)["head"]["containers"][0]["env"]}
+    assert not {"ZEROLAYER_FILES_URL", "AWS_ACCESS_KEY_ID"} & env  # the shared cache volume
+    objects, _ = render({"files": {"url": "s3://zl-files/prod", "existingSecret": "zl-s3"}})
+
+    for name, spec in _pod_specs(objects).items():
+        if name in ("StatefulSet", "Job"):
+            continue
+        env = {e["name"]: e for e in spec["containers"][0]["env"]}
+        assert env["ZEROLAYER_FILES_URL"]["value"] == "s3://zl-files/prod", name
+        ref = env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "zl-s3", "key": "secret-access-key"}
+        assert env["AWS_ENDPOINT_URL"]["valueFrom"]["secretKeyRef"]["optional"] is True
+        # what the platform reads from that environment
+        plain = {k: v["value"] for k, v in env.items() if "value" in v}
+        assert load_config(env=clean_env(**plain)).files.url == "s3://zl-files/prod"
+
+
 def test_redis_keeps_every_acknowledged_write_and_admits_the_platform_alone(
     render: Any,
 ) -> None:
@@ -295,6 +314,7 @@ def test_production_values_add_ingress_and_monitoring(render: Any) -> None:
             {"redis": {"enabled": False, "external": {"existingSecret": "r"}}},
             "gcsFaultTolerance.redisAddress",
         ),
+        ({"files": {"url": "/mnt/files"}}, "files.url"),
     ],
 )
 def test_bad_values_are_refused_with_a_clear_message(

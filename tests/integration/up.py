@@ -31,9 +31,11 @@ def platform_dir(
     tiers: dict[str, dict[str, Any]],
     collapse: dict[str, Any] | None = None,
     gateway: dict[str, Any] | None = None,
+    settings: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """platform/ with these tiers of the default model (each over the torch engine settings of
-    the repo's sparse24 tier), every plan on all of them, and the given settings."""
+    the repo's sparse24 tier), every plan on all of them, and the given settings (`gateway`'s,
+    and other sections of serve/local.yaml in `settings`)."""
     shutil.copytree(ROOT / "platform", out)
     models = yaml.safe_load((out / "models.yaml").read_text())
     model = models["models"]["smollm2-135m"]
@@ -48,6 +50,8 @@ def platform_dir(
     (out / "plans.yaml").write_text(yaml.safe_dump(plans))
     local = yaml.safe_load((out / "serve" / "local.yaml").read_text())
     local.setdefault("gateway", {}).update(gateway or {})
+    for section, values in (settings or {}).items():
+        local[section] = {**(local.get(section) or {}), **values}
     (out / "serve" / "local.yaml").write_text(yaml.safe_dump(local))
     return out
 

@@ -28,6 +28,29 @@ def test_a_key_keeps_its_replica_when_another_one_goes() -> None:
             assert fewer[preferred(k, fewer)] == placed[k]
 
 
+def test_tiers_route_by_affinity_on_a_cluster_and_leave_it_to_serve_behind_haproxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chart's tiers (Serve's proxies, no HAProxy) route with the affinity router; a local
+    platform behind HAProxy keeps Serve's router, which is all Serve allows there."""
+    from zerolayer.config import load_config
+    from zerolayer.replicas.deployment import tier_deployment
+
+    from tests.conftest import clean_env
+
+    def router(cfg: Any) -> Any:
+        d = tier_deployment("t", cfg, "smollm2-135m", "baseline")
+        return d._deployment_config.request_router_config.request_router_class  # (Serve's own)
+
+    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY", raising=False)
+    cluster = load_config(env=clean_env(), serve_file="cluster.yaml", environment=False)
+    local = load_config(env=clean_env())
+    assert router(cluster) == ROUTER
+    assert local.ray.haproxy and router(local).endswith(":PowerOfTwoChoicesRequestRouter")
+    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "1")  # a cluster whose Ray runs HAProxy
+    assert router(cluster).endswith(":PowerOfTwoChoicesRequestRouter")
+
+
 @pytest.fixture
 def probe(local_serve: None) -> Iterator[Any]:  # noqa: F811
     """Three replicas of a deployment that says which replica answered, after sleeping

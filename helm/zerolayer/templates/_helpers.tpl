@@ -93,6 +93,30 @@ zerolayer.io/redis-client: "true"
     secretKeyRef:
       name: {{ include "zerolayer.adminSecret" . }}
       key: {{ .Values.adminKey.secretKey }}
+{{- with .Values.files }}
+{{- if .url }}
+- name: ZEROLAYER_FILES_URL
+  value: {{ .url | quote }}
+{{- end }}
+{{- if .existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .secretAccessKeyKey }}
+- name: AWS_ENDPOINT_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .endpointUrlKey }}
+      optional: true
+{{- end }}
+{{- end }}
 - name: RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH
   value: zerolayer.gateway.edge:middlewares
 - name: HOME

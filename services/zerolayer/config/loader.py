@@ -68,6 +68,8 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         out["ray"] = {"address": env["RAY_ADDRESS"]}
     if env.get("CC"):
         out["kernels"] = {"cc": env["CC"]}
+    if env.get("ZEROLAYER_FILES_URL"):  # an object store's bucket (credentials: AWS_* variables)
+        out["files"] = {"url": env["ZEROLAYER_FILES_URL"]}
     return out
 
 

@@ -200,14 +200,20 @@ return {'ok', counted}
 
 # ARGV: now_ms|0, prefix, rid, used_tokens, used_nanos, used_extra[, stream, seen prefix,
 # dedupe ttl, event id, event json, event line]: the settlement, and the request's usage event
-# added once
+# added once. A request id whose usage event is there already ran and was counted (a batch's
+# request run again after its worker lost what it noted): this run's reservation is given back
+# whole, so the month's spend and the minute's tokens count the request once, as the invoice does
 _SETTLE = (
     _COMMON
     + RECORD_LUA
     + """
-local done = give_back(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+local used_t, used_n, used_x = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local added = 0
-if #ARGV >= 12 then added = record(ARGV[7], ARGV[8], ARGV[10], ARGV[11], ARGV[12], ARGV[9]) end
+if #ARGV >= 12 then
+  added = record(ARGV[7], ARGV[8], ARGV[10], ARGV[11], ARGV[12], ARGV[9])
+  if added == 0 then used_t, used_n, used_x = 0, 0, 0 end
+end
+local done = give_back(ARGV[2], ARGV[3], used_t, used_n, used_x)
 return {done, added}
 """
 )

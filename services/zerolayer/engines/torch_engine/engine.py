@@ -7,9 +7,12 @@ sequence; finished sequences give their slot to the last one, so running slots a
 Tokens reach each request's async iterator through its event loop as soon as they are sampled.
 Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
 max_tokens is reserved up front, so no running sequence ever has to be pre-empted). Waiting
-interactive requests start before waiting batch requests (SamplingSpec.priority), and batch
-requests take at most three quarters of max_num_seqs: an interactive request finds a free slot
-at the next step even while a batch runs.
+interactive requests start before waiting batch requests (SamplingSpec.priority). Batch
+requests start into at most three quarters of max_num_seqs, so an interactive request finds a
+free slot at the next step even while a batch runs, and into at most batch_rows_busy slots while
+an interactive request runs or waits: every row more makes each step, and so every interactive
+token, slower (benchmarks/batch.py measures interactive time to first token with a batch
+running and without).
 
 A prefix cache (prefix.py) keeps the keys and values of whole blocks of finished sequences
 (prompt and output) in the part of the KV budget the slots do not use, so a prompt that begins
@@ -116,6 +119,7 @@ class TorchEngine:
         live_thresholds: list[float] | None = None,
         job_defer_s: float = 30.0,
         prefix_cache_gib: float = 0.5,
+        batch_rows_busy: int = 4,
     ):
         self.model_dir = model_dir
         self.artifact = artifact
@@ -132,6 +136,8 @@ class TorchEngine:
         self.prefix: PrefixCache | None = None
         self.threads = threads
         self.prefill_tokens = prefill_tokens
+        # rows batch requests may start into while interactive ones run or wait (module doc)
+        self.batch_rows_busy = batch_rows_busy
         self.device_budget = None if device_budget_gib is None else int(device_budget_gib * 2**30)
         self.offload_layers = offload_layers
         self.sparse_min_tokens = sparse_min_tokens
@@ -434,7 +440,12 @@ class TorchEngine:
         budget = self.prefill_tokens
         # interactive first (a stable sort: arrival order within a priority)
         waiting[:] = sorted((r for r in waiting if not r.cancelled), key=lambda r: r.spec.priority)
-        low_most = max(1, self.max_num_seqs * 3 // 4)  # slots batch requests may hold
+        # slots batch requests may hold: three quarters when no interactive request is here,
+        # batch_rows_busy while one runs or waits (each row more makes every step longer)
+        busy = any(r.spec.priority == 0 for r in running) or any(
+            r.spec.priority == 0 for r in waiting
+        )
+        low_most = max(1, self.batch_rows_busy if busy else self.max_num_seqs * 3 // 4)
         while waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             if req.spec.priority > 0:
