@@ -20,6 +20,7 @@ from zerolayer.serve.launcher import Platform
 from tests.console.browser import PHONE, Page, chromium
 from tests.console.firefox import ENTER, Firefox
 from tests.integration.conftest import ADMIN_KEY
+from tests.integration.up import start_batch
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +271,6 @@ def test_batches_show_their_progress_and_give_their_output(
     import json
 
     key = customer["key"]
-    auth = {"Authorization": f"Bearer {key}"}
     lines = [
         {
             "custom_id": f"q{i}",
@@ -285,26 +285,12 @@ def test_batches_show_their_progress_and_give_their_output(
         }
         for i in range(3)
     ]
-    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
-    made = httpx.post(
-        platform.base_url + "/files",
-        headers=auth,
-        files={"file": ("rivers.jsonl", data)},
-        data={"purpose": "batch"},
-        timeout=30,
-    )
-    assert made.status_code == 200, made.text
-    body = {
-        "input_file_id": made.json()["id"],
-        "endpoint": "/v1/chat/completions",
-        "completion_window": "24h",
-    }
-    batch = httpx.post(platform.base_url + "/batches", headers=auth, json=body, timeout=30).json()
+    bid = start_batch(platform.base_url, key, lines, "rivers.jsonl")
     tab = Page(browser)
     sign_in(tab, platform, key)
     page = tab.page
     page.click("#nav a[href='#/batches']")
-    row = page.locator("#batches tbody tr", has_text=batch["id"])
+    row = page.locator("#batches tbody tr", has_text=bid)
     row.wait_for()
     # the page reads a running batch's progress again by itself until it ends
     deadline = time.monotonic() + 180
@@ -312,7 +298,7 @@ def test_batches_show_their_progress_and_give_their_output(
         assert time.monotonic() < deadline, row.inner_text()
         time.sleep(0.5)
     assert "3 / 3" in row.inner_text()
-    done = api(platform, f"/v1/batches/{batch['id']}", key)
+    done = api(platform, f"/v1/batches/{bid}", key)
     assert done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
     with page.expect_download() as got:
         row.get_by_role("button", name="Output").click()

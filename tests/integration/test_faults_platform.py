@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from tests.conftest import setup_budget
-from tests.integration.up import Up, platform_dir, replicas, wait
+from tests.integration.up import Up, platform_dir, replicas, start_batch, wait
 
 pytestmark = pytest.mark.integration
 
@@ -196,23 +196,7 @@ def test_a_batch_survives_its_gateway_killed_without_doubles_or_losses(up: Up) -
         }
         for i in range(n)
     ]
-    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
-    made = httpx.post(
-        up.base + "/v1/files",
-        headers=auth,
-        files={"file": ("in.jsonl", data)},
-        data={"purpose": "batch"},
-        timeout=60,
-    )
-    assert made.status_code == 200, made.text
-    body = {
-        "input_file_id": made.json()["id"],
-        "endpoint": "/v1/chat/completions",
-        "completion_window": "24h",
-    }
-    created = httpx.post(up.base + "/v1/batches", headers=auth, json=body, timeout=60)
-    assert created.status_code == 200, created.text
-    bid = created.json()["id"]
+    bid = start_batch(up.base + "/v1", key, lines)
 
     def batch() -> dict[str, Any] | None:
         try:

@@ -56,6 +56,32 @@ def platform_dir(
     return out
 
 
+def start_batch(v1: str, key: str, lines: list[dict[str, Any]], name: str = "in.jsonl") -> str:
+    """Upload `lines` as a batch file and create a chat batch of it at `v1` (a platform's
+    /v1 URL) with plain HTTP; the batch's id."""
+    import json
+
+    auth = {"Authorization": f"Bearer {key}"}
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    made = httpx.post(
+        v1 + "/files",
+        headers=auth,
+        files={"file": (name, data)},
+        data={"purpose": "batch"},
+        timeout=60,
+    )
+    assert made.status_code == 200, made.text
+    body = {
+        "input_file_id": made.json()["id"],
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+    }
+    created = httpx.post(v1 + "/batches", headers=auth, json=body, timeout=60)
+    assert created.status_code == 200, created.text
+    bid: str = created.json()["id"]
+    return bid
+
+
 def wait(check: Any, timeout_s: float, what: str, every_s: float = 0.2) -> Any:
     """check()'s first truthy answer; fails the test after timeout_s."""
     deadline = time.monotonic() + timeout_s
