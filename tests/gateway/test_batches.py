@@ -264,6 +264,7 @@ def test_bad_batches_are_clear_4xx_and_nothing_is_queued(make_gateway: GatewayFa
     assert err["param"] == "input_file_id" and "purpose" in err["message"]
     err = assert_openai_error(create(input_file_id=mixed["id"]), 400)
     assert "line 2 " in err["message"] and err["code"] == "invalid_batch_line"
+    assert "is for /v1/responses" in err["message"] and err["param"] == "input_file_id"
     assert_openai_error(create(input_file_id="file-nope"), 404)
     assert_openai_error(create(input_file_id=theirs["id"]), 404)
     err = assert_openai_error(create(input_file_id=good["id"], completion_window="1h"), 400)

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from zerolayer.conversations import NotFound
 from zerolayer.store import keyspace
+from zerolayer.store.pages import ids_after, list_page
 
 __all__ = ["ACTIVE", "BatchStore", "NotCancellable", "new_batch_id"]
 
@@ -118,6 +119,11 @@ class BatchStore:
         got = await self.client.hgetall(keyspace.batch(bid))
         return {keyspace.text(k): keyspace.text(v) for k, v in got.items()}
 
+    async def status(self, bid: str) -> str | None:
+        """A batch's status alone (None: no such batch)."""
+        got = await self.client.hget(keyspace.batch(bid), "status")
+        return None if got is None else keyspace.text(got)
+
     async def get(self, tenant: str, bid: str) -> dict[str, Any]:
         """A tenant's batch as OpenAI's batch object; NotFound when it has none of that id."""
         h = await self.raw(bid)
@@ -128,26 +134,16 @@ class BatchStore:
     async def page(self, tenant: str, limit: int, after: str | None) -> dict[str, Any]:
         """A page of the tenant's batches, newest first (by cursor: `after`)."""
         got = await self.client.zrange(keyspace.tenant_batches(tenant), 0, -1, desc=True)
-        ids = [keyspace.text(i) for i in got]  # type: ignore[arg-type]  # members, no scores
-        if after is not None:
-            if after not in ids:
-                raise NotFound(f"no batch with id {after!r} to list after")
-            ids = ids[ids.index(after) + 1 :]
+        ids = ids_after([keyspace.text(i) for i in got], after)  # type: ignore[arg-type]  # members
+        if ids is None:
+            raise NotFound(f"no batch with id {after!r} to list after")
         data = []
         for bid in ids[: limit + 1]:
             try:
                 data.append(await self.get(tenant, bid))
             except NotFound:
                 continue
-        more = len(data) > limit
-        data = data[:limit]
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
+        return list_page(data, limit)
 
     async def move(self, bid: str, status: str, *sources: str) -> bool:
         """Set a batch's status (and its time) if it is one of `sources` now."""

@@ -26,12 +26,15 @@ class BatchLines:
     models: set[str] = field(default_factory=set)
 
 
-def _bad(n: int, why: str) -> InvalidRequest:
-    return InvalidRequest(f"line {n} of the file {why}", param="file", code="invalid_batch_line")
+def check_batch_lines(
+    lines: Iterable[bytes], most: int, endpoint: str | None = None, param: str = "file"
+) -> BatchLines:
+    """Check every line (bytes, with or without its line break); at most `most` requests, each
+    for `endpoint` when one is given (a batch's); errors name `param`."""
 
+    def _bad(n: int, why: str) -> InvalidRequest:
+        return InvalidRequest(f"line {n} of the file {why}", param=param, code="invalid_batch_line")
 
-def check_batch_lines(lines: Iterable[bytes], most: int) -> BatchLines:
-    """Check every line (bytes, with or without its line break); at most `most` requests."""
     seen: set[str] = set()
     out = BatchLines()
     blank_at = 0
@@ -59,6 +62,12 @@ def check_batch_lines(lines: Iterable[bytes], most: int) -> BatchLines:
         url = line.get("url")
         if url not in BATCH_ENDPOINTS:
             raise _bad(n, f"names the url {url!r}; a batch runs {', '.join(BATCH_ENDPOINTS)}")
+        if endpoint is not None and url != endpoint:
+            raise _bad(
+                n,
+                f"is for {url}; every request of a batch for {endpoint} must be sent there "
+                f"({', '.join(BATCH_ENDPOINTS)} are batched)",
+            )
         body = line.get("body")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             raise _bad(n, "needs a body: the request as a JSON object, with its model")

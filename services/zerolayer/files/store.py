@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from zerolayer.config import PlatformConfig
 from zerolayer.conversations import NotFound
 from zerolayer.store import keyspace
+from zerolayer.store.pages import ids_after, list_page
 
 __all__ = ["FileStore", "files_url", "new_file_id"]
 
@@ -119,13 +120,12 @@ class FileStore:
         ids = await self._ids(tenant)
         if order != "asc":
             ids.reverse()
-        if after is not None:
-            if after not in ids:
-                raise NotFound(f"no file with id {after!r} to list after")
-            ids = ids[ids.index(after) + 1 :]
+        following = ids_after(ids, after)
+        if following is None:
+            raise NotFound(f"no file with id {after!r} to list after")
         data: list[dict[str, Any]] = []
         gone: list[str] = []
-        for fid in ids:
+        for fid in following:
             try:
                 obj = await self.get(tenant, fid)
             except NotFound:
@@ -137,15 +137,7 @@ class FileStore:
                 break
         if gone:
             await self._forget(tenant, gone)
-        more = len(data) > limit
-        data = data[:limit]
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
+        return list_page(data, limit)
 
     async def delete(self, tenant: str, fid: str) -> dict[str, Any]:
         """Delete a tenant's file (its object and its bytes)."""

@@ -65,7 +65,7 @@ class _Status:
         now = time.monotonic()
         if not self._stop and now - self._at >= self.every_s:
             self._at = now
-            self._stop = (await self.batches.raw(self.bid)).get("status") == "cancelling"
+            self._stop = await self.batches.status(self.bid) == "cancelling"
         return self._stop
 
 
@@ -296,7 +296,7 @@ class BatchWorker:
     async def _finalize(
         self, bid: str, tenant: str, lines: list[dict[str, Any]], fixed: dict[str, Any]
     ) -> None:
-        status = (await self.batches.raw(bid)).get("status")
+        status = await self.batches.status(bid)
         end = "completed"
         if status == "cancelling":
             end = "cancelled"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from zerolayer.batches import BatchStore, NotCancellable
 from zerolayer.config import PlanConfig, usd_text
 from zerolayer.errors import InvalidRequest, RateLimited
-from zerolayer.files import BATCH_ENDPOINTS, check_batch_lines
+from zerolayer.files import check_batch_lines
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CurrentKey, parts_of
 from zerolayer.gateway.http import found
@@ -77,20 +77,9 @@ async def create(
             param="input_file_id",
         )
     data = await found(files.read(owner, body.input_file_id))
-    lines = check_batch_lines(data.splitlines(), cfg.files.max_batch_lines)
-    other = sorted(lines.endpoints - {body.endpoint})
-    if other:
-        at = next(
-            n
-            for n, raw in enumerate(data.splitlines(), 1)
-            if raw.strip() and f'"{other[0]}"' in raw.decode()
-        )
-        raise InvalidRequest(
-            f"line {at} of the file is for {other[0]}; every request of a batch for "
-            f"{body.endpoint} must be sent there ({', '.join(BATCH_ENDPOINTS)} are batched)",
-            param="input_file_id",
-            code="invalid_batch_line",
-        )
+    lines = check_batch_lines(
+        data.splitlines(), cfg.files.max_batch_lines, body.endpoint, "input_file_id"
+    )
     return await store.create(
         owner,
         record.key_id,
