@@ -8,7 +8,10 @@ REDIS_URL and RAY_ADDRESS are left out."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import faulthandler
+import gc
 import os
 import socket
 from collections.abc import Iterator
@@ -82,6 +85,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "model_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.model)
     items.sort(key=lambda item: "local_serve" not in getattr(item, "fixturenames", ()))
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Give the memory a test freed back to the system: the in-process engines' worker threads
+    each leave a malloc arena of freed blocks, and the integration platform (in this process,
+    with its Ray) later needs that memory (Ray's memory monitor kills replicas past 95% of the
+    machine's). tests/engines/test_torch_engine.py alone: 1907 MB held at its end without
+    this, 591 MB with it."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 def free_port() -> int:
