@@ -34,7 +34,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gateway import fake_config, pct  # noqa: E402
+from gateway import cpu_ms_per_request, fake_config, pct  # noqa: E402
+from serving import CpuMeter  # noqa: E402
 
 RESULTS = HERE / "results" / "batch.json"
 MODEL = "smollm2-135m:baseline"
@@ -102,8 +103,11 @@ def machinery(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
         oc = OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0, timeout=600)
         run_batch(oc, 50, 16)  # warm-up
         rates = []
+        meter = CpuMeter()  # where the CPU goes: per request and process role, over all batches
         for k in range(args.repeats):
+            meter.start()
             wall, _, _ = run_batch(oc, args.lines, 16)
+            meter.stop("batch")
             rates.append(args.lines / wall)
             print(
                 f"machinery: batch {k + 1}: {args.lines} requests in {wall:.2f} s = "
@@ -118,6 +122,7 @@ def machinery(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
         "median_lines_per_s": round(statistics.median(rates), 1),
         "min": round(min(rates), 1),
         "max": round(max(rates), 1),
+        "cpu_ms_per_request_by_role": cpu_ms_per_request(meter, "batch", args.lines * args.repeats),
         "target_lines_per_s": 500,
     }
 
@@ -190,7 +195,7 @@ def torch_tier(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "engine": "torch",
         "artifact": "dense",
-        "max_ongoing_requests": 32,
+        "max_ongoing_requests": 64,  # as the shipped torch tiers
         "kv_cache_gib": 1,
         "threads": 2,  # as the shipped torch tiers: Ray gives num_cpus < 1 one thread
         "ray_actor_options": {"num_cpus": 0.5, "num_gpus": 0},
@@ -292,7 +297,7 @@ def main() -> None:
     )
     ap.add_argument("--parts", default="machinery,tier,priority")
     ap.add_argument("--lines", type=int, default=1000)
-    ap.add_argument("--concurrency", type=int, default=8, help="batches.concurrency (machinery)")
+    ap.add_argument("--concurrency", type=int, default=48, help="batches.concurrency (machinery)")
     ap.add_argument("--real-lines", type=int, default=96)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)

@@ -586,48 +586,61 @@ def test_the_prefix_cache_evicts_least_recently_used_within_its_limit(model_dir:
     assert torch.allclose(whole, rest, atol=1e-4)
 
 
-def test_batch_requests_leave_room_for_interactive_ones(model_dir: Path, prompts: Any) -> None:
-    """Batch requests (priority 1) take at most three quarters of the slots, and a waiting
-    interactive request starts before waiting batch requests."""
+def test_an_interactive_request_preempts_batch_rows_that_resume_unchanged(
+    model_dir: Path, prompts: Any
+) -> None:
+    """Batch requests (priority 1) may fill every slot; an interactive request arriving then
+    starts at once, the batch rows past batch_rows_busy are pre-empted, and they resume from
+    the same token: each batch answer is the one it gives run alone."""
     ids = prompts.chat([{"role": "user", "content": "Count from 1 to 50."}])
 
-    async def go() -> tuple[list[float], float]:
-        engine = TorchEngine(str(model_dir), max_model_len=512, max_num_seqs=4)
+    async def go() -> tuple[dict[str, list[int]], dict[str, float], list[int], int]:
+        engine = TorchEngine(
+            str(model_dir), max_model_len=512, max_num_seqs=4, batch_rows_busy=1, busy_hold_s=0.2
+        )
         await engine.start()
         try:
             waits: dict[str, float] = {}
+            tokens: dict[str, list[int]] = {}
 
             async def one(name: str, n: int, priority: int) -> None:
                 spec = SamplingSpec(name, ids, n, 0.0, priority=priority)
+                tokens[name] = []
                 async for d in engine.generate(spec):
+                    tokens[name] += d.token_ids
                     if d.queue_s is not None:
                         waits[name] = d.queue_s
 
             batch = [asyncio.ensure_future(one(f"b{i}", 40, 1)) for i in range(5)]
-            while len(waits) < 3:
+            while len(waits) < 4 or min(len(tokens[f"b{i}"]) for i in range(4)) < 5:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.05)
-            assert len(waits) == 3  # the fourth slot is kept free
-            await one("live", 4, 0)  # takes the free slot at once
+            assert len(waits) == 4  # every slot holds a batch request
+            await one("live", 4, 0)  # starts at once: three batch rows leave
+            preempted = engine.counters["preempted"]
             await asyncio.gather(*batch)
-            return [waits[f"b{i}"] for i in range(5)], waits["live"]
+            await one("alone", 40, 1)
+            return tokens, waits, tokens["alone"], preempted
         finally:
             await engine.shutdown()
 
-    batch, live = asyncio.run(go())
-    assert live < 0.5, live
-    assert sorted(batch)[3] > live  # batch requests past the first three waited for a slot
+    tokens, waits, alone, preempted = asyncio.run(go())
+    assert waits["live"] < 0.5, waits
+    assert preempted == 3, preempted
+    assert len(alone) == 40
+    assert all(tokens[f"b{i}"] == alone for i in range(5)), tokens
 
 
 def test_batch_requests_start_into_few_rows_while_interactive_ones_run(
     model_dir: Path, prompts: Any
 ) -> None:
     """While an interactive request runs, batch requests start into at most batch_rows_busy
-    rows; once it is done they fill three quarters of the slots again."""
+    rows; once it is done (and busy_hold_s past) they fill every slot again."""
     ids = prompts.chat([{"role": "user", "content": "Count from 1 to 50."}])
 
     async def go() -> tuple[int, int]:
-        engine = TorchEngine(str(model_dir), max_model_len=512, max_num_seqs=8, batch_rows_busy=2)
+        engine = TorchEngine(
+            str(model_dir), max_model_len=512, max_num_seqs=8, batch_rows_busy=2, busy_hold_s=0.2
+        )
         await engine.start()
         try:
             started: list[str] = []
@@ -648,7 +661,7 @@ def test_batch_requests_start_into_few_rows_while_interactive_ones_run(
                 await asyncio.sleep(0.01)
             batch = [asyncio.ensure_future(one(f"b{i}", 120, 1)) for i in range(8)]
             await live
-            while len(started) < 7:  # then three quarters of 8 run at once
+            while len(started) < 9:  # then all 8 run at once
                 await asyncio.sleep(0.01)
             await asyncio.gather(*batch)
             return seen[0], len(started) - 1

@@ -381,11 +381,12 @@ class BatchesConfig(Strict):
     """The Batch API's workers (one in each gateway replica)."""
 
     concurrency: int = Field(
-        default=32,
+        default=48,
         ge=1,
         le=256,
-        description="Requests of one batch a worker runs at once (the engines keep a quarter "
-        "of their slots for interactive requests)",
+        description="Requests of one batch a worker runs at once, at most three quarters of "
+        "its tier's max_ongoing_requests (the rest is kept for interactive requests); more than "
+        "the engine's slots, so a finished request's slot does not wait for the next one",
     )
     poll_s: float = Field(
         default=1.0, gt=0, description="How often an idle worker looks for a batch"

@@ -26,9 +26,7 @@ class SlotCache:
         return self.bytes_for(self.slots, self.capacity) if self.slots else 0
 
     def bytes_for(self, slots: int, length: int) -> int:
-        s = self.shape
-        per = 2 * s.layers * s.kv_heads * s.head_dim * torch.finfo(self.dtype).bits // 8
-        return _pow2(slots) * min(_pow2(length), self.max_len) * per
+        return _pow2(slots) * min(_pow2(length), self.max_len) * self.token_bytes()
 
     def ensure(self, slots: int, length: int) -> None:
         """Room for `slots` sequences of up to `length` tokens."""
@@ -49,6 +47,20 @@ class SlotCache:
                     torch.zeros(size, dtype=self.dtype, device=self.device) for _ in range(s.layers)
                 )
         self.slots, self.capacity = want_s, want_c
+
+    def token_bytes(self) -> int:
+        """Keys and values of one token, all layers."""
+        s = self.shape
+        return 2 * s.layers * s.kv_heads * s.head_dim * torch.finfo(self.dtype).bits // 8
+
+    def take_out(self, slot: int, length: int) -> list[torch.Tensor]:
+        """A copy of one sequence's keys and values in host memory (a pre-empted sequence's,
+        put back by put_back when it resumes, in any slot)."""
+        return [t[slot, :, :length].to("cpu", copy=True) for t in [*self.k, *self.v]]
+
+    def put_back(self, slot: int, saved: list[torch.Tensor]) -> None:
+        for t, part in zip([*self.k, *self.v], saved, strict=True):
+            t[slot, :, : part.shape[1]].copy_(part)
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy one sequence's keys and values to another slot."""

@@ -8,11 +8,13 @@ Tokens reach each request's async iterator through its event loop as soon as the
 Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
 max_tokens is reserved up front, so no running sequence ever has to be pre-empted). Waiting
 interactive requests start before waiting batch requests (SamplingSpec.priority). Batch
-requests start into at most three quarters of max_num_seqs, so an interactive request finds a
-free slot at the next step even while a batch runs, and into at most batch_rows_busy slots while
-an interactive request runs or waits: every row more makes each step, and so every interactive
-token, slower (benchmarks/batch.py measures interactive time to first token with a batch
-running and without).
+requests (priority above 0) may fill every slot while no interactive request is here; while one
+runs or waits, or did within busy_hold_s, they hold at most batch_rows_busy slots: every row
+more makes each step, and so every interactive token, slower. The rows past that are
+pre-empted: their keys and values are copied to host memory (at most swap_gib in all) and the
+request waits, first among the batch requests, to be copied back into a slot and go on from the
+same token, no prefill run again (benchmarks/batch.py measures interactive time to first token
+with a batch running and without).
 
 A prefix cache (prefix.py) keeps the keys and values of whole blocks of finished sequences
 (prompt and output) in the part of the KV budget the slots do not use, so a prompt that begins
@@ -87,6 +89,8 @@ class _Request:
     finished: bool = False
     queued_at: float = field(default_factory=time.monotonic)
     queue_s: float | None = None  # set when the engine takes it in, sent with the first token
+    saved: list[torch.Tensor] | None = None  # a pre-empted sequence's keys and values (host)
+    saved_bytes: int = 0
 
     def worst_length(self) -> int:
         return len(self.spec.prompt_token_ids) + self.spec.max_tokens
@@ -120,6 +124,8 @@ class TorchEngine:
         job_defer_s: float = 30.0,
         prefix_cache_gib: float = 0.5,
         batch_rows_busy: int = 4,
+        busy_hold_s: float = 0.5,
+        swap_gib: float = 0.5,
     ):
         self.model_dir = model_dir
         self.artifact = artifact
@@ -138,6 +144,10 @@ class TorchEngine:
         self.prefill_tokens = prefill_tokens
         # rows batch requests may start into while interactive ones run or wait (module doc)
         self.batch_rows_busy = batch_rows_busy
+        self.busy_hold_s = busy_hold_s
+        self.swap_bytes = int(swap_gib * (1 << 30))  # pre-empted rows' keys and values, at most
+        self._swapped = 0
+        self._interactive_at = float("-inf")  # when an interactive request was last here
         self.device_budget = None if device_budget_gib is None else int(device_budget_gib * 2**30)
         self.offload_layers = offload_layers
         self.sparse_min_tokens = sparse_min_tokens
@@ -162,6 +172,7 @@ class TorchEngine:
             "masks": 0,  # grammar masks computed (rows; a token the grammar takes needs none)
             "prefix_queries": 0,  # prompt tokens looked up in the prefix cache
             "prefix_hits": 0,  # of those, found there (their prefill skipped)
+            "preempted": 0,  # batch rows moved out of their slot for interactive requests
         }
         self._prefix_seen = {"queries": 0, "hits": 0}  # the counts signals() last reported
         self.live_thresholds = live_thresholds
@@ -438,14 +449,21 @@ class TorchEngine:
 
     def _admit(self, waiting: list[_Request], running: list[_Request], cache: Any) -> None:
         budget = self.prefill_tokens
-        # interactive first (a stable sort: arrival order within a priority)
+        for r in waiting:
+            if r.cancelled and r.saved is not None:
+                self._unsave(r)
+        # slots batch requests may hold: all while no interactive request is here, and
+        # batch_rows_busy while one runs or waits, or did a moment ago (module doc); the rows
+        # past that are pre-empted
+        now = time.monotonic()
+        if any(r.spec.priority == 0 for r in running + waiting):
+            self._interactive_at = now
+        busy = now - self._interactive_at < self.busy_hold_s
+        low_most = max(1, self.batch_rows_busy) if busy else self.max_num_seqs
+        if busy:
+            self._preempt(running, waiting, cache, low_most)
+        # interactive first (a stable sort: arrival order within a priority, pre-empted first)
         waiting[:] = sorted((r for r in waiting if not r.cancelled), key=lambda r: r.spec.priority)
-        # slots batch requests may hold: three quarters when no interactive request is here,
-        # batch_rows_busy while one runs or waits (each row more makes every step longer)
-        busy = any(r.spec.priority == 0 for r in running) or any(
-            r.spec.priority == 0 for r in waiting
-        )
-        low_most = max(1, self.batch_rows_busy if busy else self.max_num_seqs * 3 // 4)
         while waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             if req.spec.priority > 0:
@@ -453,20 +471,25 @@ class TorchEngine:
                 if low >= low_most:
                     break  # the rest of the slots wait for interactive requests
             n = len(req.spec.prompt_token_ids)
-            if running and n > budget and budget < self.prefill_tokens:
+            if req.saved is None and running and n > budget and budget < self.prefill_tokens:
                 break  # the step's prefill budget is spent (a long prompt still goes first)
             longest = max([r.worst_length() for r in running] + [req.worst_length()])
             need = cache.bytes_for(len(running) + 1, longest)
             if running and need > self.kv_bytes:
                 break
             waiting.pop(0)
-            req.queue_s = time.monotonic() - req.queued_at
             slot = len(running)
             cache.ensure(slot + 1, min(longest, self.max_model_len))
             prefix = self.prefix
             assert prefix is not None
             # the slots come first: the prefix cache keeps only what they leave of the budget
             prefix.evict_to(min(self.prefix_bytes, self.kv_bytes - max(need, cache.held_bytes)))
+            if req.saved is not None:  # pre-empted: back into a slot, on from the same token
+                cache.put_back(slot, req.saved)
+                self._unsave(req)
+                running.append(req)
+                continue
+            req.queue_s = time.monotonic() - req.queued_at
             prompt = req.spec.prompt_token_ids
             names = block_names(prompt, req.spec.cache_salt, prefix.block)
             # at least the last prompt token is run: its logits pick the first output token
@@ -533,13 +556,49 @@ class TorchEngine:
             guide.fill(self._masks, j)
         apply_masks(logits, self._masks, rows)
 
+    def _preempt(
+        self, running: list[_Request], waiting: list[_Request], cache: Any, most: int
+    ) -> None:
+        """Move batch rows past `most` out of their slots: their keys and values to host memory
+        (within swap_bytes), the requests to the front of `waiting`. The rows with the fewest
+        tokens go first: the least to copy, and the furthest from their end."""
+        low = [r for r in running if r.spec.priority > 0 and not (r.finished or r.cancelled)]
+        per = cache.token_bytes()
+        out: list[_Request] = []
+        for r in sorted(low, key=lambda r: r.position)[: max(0, len(low) - most)]:
+            if self._swapped + r.position * per > self.swap_bytes:
+                break
+            r.saved_bytes = r.position * per
+            self._swapped += r.saved_bytes
+            out.append(r)
+        if not out:
+            return
+
+        def save(req: _Request, cache: Any, slot: int) -> None:
+            req.saved = cache.take_out(slot, req.position)
+
+        running[:] = self._compact(running, cache, lambda r: r.saved_bytes > 0, save)
+        waiting[:0] = out
+        self.counters["preempted"] += len(out)
+
+    def _unsave(self, req: _Request) -> None:
+        self._swapped -= req.saved_bytes
+        req.saved, req.saved_bytes = None, 0
+
     def _drop(self, running: list[_Request], cache: Any) -> list[_Request]:
-        """Remove finished and cancelled sequences, moving the last slot into each hole."""
+        """Remove finished and cancelled sequences."""
+        return self._compact(running, cache, lambda r: r.finished or r.cancelled, self._remember)
+
+    def _compact(
+        self, running: list[_Request], cache: Any, leaving: Any, on_leave: Any
+    ) -> list[_Request]:
+        """Remove the sequences `leaving` picks (on_leave(req, cache, slot) first), moving the
+        last slot into each hole."""
         out = list(running)
         j = 0
         while j < len(out):
-            if out[j].finished or out[j].cancelled:
-                self._remember(out[j], cache, j)
+            if leaving(out[j]):
+                on_leave(out[j], cache, j)
                 last = out.pop()
                 if j < len(out):
                     cache.move(len(out), j, last.position)
