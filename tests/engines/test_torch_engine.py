@@ -594,7 +594,7 @@ def test_an_interactive_request_preempts_batch_rows_that_resume_unchanged(
     the same token: each batch answer is the one it gives run alone."""
     ids = prompts.chat([{"role": "user", "content": "Count from 1 to 50."}])
 
-    async def go() -> tuple[dict[str, list[int]], dict[str, float], list[int], int]:
+    async def go() -> tuple[dict[str, list[int]], dict[str, float], list[int], int, int]:
         engine = TorchEngine(
             str(model_dir), max_model_len=512, max_num_seqs=4, batch_rows_busy=1, busy_hold_s=0.2
         )
@@ -619,13 +619,14 @@ def test_an_interactive_request_preempts_batch_rows_that_resume_unchanged(
             preempted = engine.counters["preempted"]
             await asyncio.gather(*batch)
             await one("alone", 40, 1)
-            return tokens, waits, tokens["alone"], preempted
+            return tokens, waits, tokens["alone"], preempted, engine._swapped
         finally:
             await engine.shutdown()
 
-    tokens, waits, alone, preempted = asyncio.run(go())
+    tokens, waits, alone, preempted, swapped = asyncio.run(go())
     assert waits["live"] < 0.5, waits
     assert preempted == 3, preempted
+    assert swapped == 0  # every pre-empted row's host copy was given back
     assert len(alone) == 40
     assert all(tokens[f"b{i}"] == alone for i in range(5)), tokens
 

@@ -6,7 +6,7 @@ sequence in a single batched forward. Keys and values stay in a slot cache, one 
 sequence; finished sequences give their slot to the last one, so running slots are always 0..n-1.
 Tokens reach each request's async iterator through its event loop as soon as they are sampled.
 Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
-max_tokens is reserved up front, so no running sequence ever has to be pre-empted). Waiting
+max_tokens is reserved up front, so no running sequence is ever pre-empted for memory). Waiting
 interactive requests start before waiting batch requests (SamplingSpec.priority). Batch
 requests (priority above 0) may fill every slot while no interactive request is here; while one
 runs or waits, or did within busy_hold_s, they hold at most batch_rows_busy slots: every row
@@ -31,7 +31,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,6 @@ class _Request:
     queued_at: float = field(default_factory=time.monotonic)
     queue_s: float | None = None  # set when the engine takes it in, sent with the first token
     saved: list[torch.Tensor] | None = None  # a pre-empted sequence's keys and values (host)
-    saved_bytes: int = 0
 
     def worst_length(self) -> int:
         return len(self.spec.prompt_token_ids) + self.spec.max_tokens
@@ -568,29 +567,34 @@ class TorchEngine:
         for r in sorted(low, key=lambda r: r.position)[: max(0, len(low) - most)]:
             if self._swapped + r.position * per > self.swap_bytes:
                 break
-            r.saved_bytes = r.position * per
-            self._swapped += r.saved_bytes
+            self._swapped += r.position * per
             out.append(r)
         if not out:
             return
+        leaving = {id(r) for r in out}
 
         def save(req: _Request, cache: Any, slot: int) -> None:
             req.saved = cache.take_out(slot, req.position)
 
-        running[:] = self._compact(running, cache, lambda r: r.saved_bytes > 0, save)
+        running[:] = self._compact(running, cache, lambda r: id(r) in leaving, save)
         waiting[:0] = out
         self.counters["preempted"] += len(out)
 
     def _unsave(self, req: _Request) -> None:
-        self._swapped -= req.saved_bytes
-        req.saved, req.saved_bytes = None, 0
+        assert req.saved is not None
+        self._swapped -= sum(t.nbytes for t in req.saved)
+        req.saved = None
 
     def _drop(self, running: list[_Request], cache: Any) -> list[_Request]:
         """Remove finished and cancelled sequences."""
         return self._compact(running, cache, lambda r: r.finished or r.cancelled, self._remember)
 
     def _compact(
-        self, running: list[_Request], cache: Any, leaving: Any, on_leave: Any
+        self,
+        running: list[_Request],
+        cache: Any,
+        leaving: Callable[[_Request], bool],
+        on_leave: Callable[[_Request, Any, int], None],
     ) -> list[_Request]:
         """Remove the sequences `leaving` picks (on_leave(req, cache, slot) first), moving the
         last slot into each hole."""
