@@ -133,8 +133,10 @@ async def offline(model_dir: Path, prompts: Any, n: int, tokens: int) -> dict[in
     from zerolayer.protocol import SamplingSpec
 
     ids = [prompts.chat([{"role": "user", "content": question(i)}]) for i in range(n)]
+    # as the tier runs it (torch_tier below): its prefix cache too, which the requests' shared
+    # chat template prefix hits
     engine = TorchEngine(
-        str(model_dir), max_model_len=1024, max_num_seqs=32, kv_cache_gib=1, prefix_cache_gib=0
+        str(model_dir), max_model_len=1024, max_num_seqs=32, kv_cache_gib=1, threads=2
     )
     await engine.start()
     out = {}
@@ -202,8 +204,18 @@ def torch_tier(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _token_chunk(line: str) -> bool:
+    """Whether an SSE line is a chunk that carries generated text (not the first chunk, whose
+    delta only names the role: the gateway sends it once a replica took the request)."""
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))
+
+
 async def ttft(http: Any, root: str, clients: int, seconds: float) -> list[float]:
-    """Times to first token of streamed chat requests sent by `clients` for `seconds`."""
+    """Times to first token (the first chunk with text) of streamed chat requests sent by
+    `clients` for `seconds`."""
     out: list[float] = []
     end = time.monotonic() + seconds
 
@@ -219,8 +231,8 @@ async def ttft(http: Any, root: str, clients: int, seconds: float) -> list[float
             t0 = time.perf_counter()
             async with http.stream("POST", root + "/v1/chat/completions", json=body) as r:
                 first = None
-                async for chunk in r.aiter_text():
-                    if first is None and '"content"' in chunk:
+                async for line in r.aiter_lines():
+                    if first is None and _token_chunk(line):
                         first = time.perf_counter() - t0
                 if first is not None:
                     out.append(first)

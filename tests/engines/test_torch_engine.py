@@ -554,6 +554,81 @@ def test_the_prefix_cache_skips_a_known_prefix_and_keeps_the_tokens(
     assert plain.counters["prefix_hits"] == 0
 
 
+def test_prompts_prefilled_in_one_pass_equal_each_prefilled_alone(
+    model_dir: Path, chats: Any
+) -> None:
+    """prefill_many: the logits of each prompt's last position and the keys and values it
+    writes into its slot are those of prefill() run on it alone, a prompt after a prefix hit
+    (its first tokens' keys and values in the slot already) included."""
+    from zerolayer.engines.torch_engine.cache import SlotCache
+    from zerolayer.engines.torch_engine.model import Prompt, load_llama
+
+    model = load_llama(model_dir, max_len=256)
+    layers = range(model.shape.layers)
+    third = list(range(300, 340))
+    alone = SlotCache(model.shape, torch.float32, torch.device("cpu"), 256)
+    alone.ensure(3, 256)
+    singles = [model.prefill(c, j, alone) for j, c in enumerate([chats[0], chats[1]])]
+    singles.append(model.prefill(third, 2, alone))
+    joint = SlotCache(model.shape, torch.float32, torch.device("cpu"), 256)
+    joint.ensure(3, 256)
+    # slot 2 holds the first 16 tokens of the third prompt already (as a prefix hit leaves it)
+    for i in layers:
+        joint.k[i][2, :, :16] = alone.k[i][2, :, :16]
+        joint.v[i][2, :, :16] = alone.v[i][2, :, :16]
+    prompts = [Prompt(chats[0], 0), Prompt(chats[1], 1), Prompt(third[16:], 2, start=16)]
+    many = model.prefill_many(prompts, joint)
+    assert many.shape == (3, model.shape.vocab)
+    for j, single in enumerate(singles):
+        assert torch.allclose(many[j], single, atol=1e-4), float((many[j] - single).abs().max())
+        assert int(many[j].argmax()) == int(single.argmax())
+    for j, p in enumerate(prompts):
+        assert all(
+            torch.allclose(joint.k[i][j, :, : p.end], alone.k[i][j, :, : p.end], atol=1e-5)
+            and torch.allclose(joint.v[i][j, :, : p.end], alone.v[i][j, :, : p.end], atol=1e-5)
+            for i in layers
+        )
+
+
+def test_requests_admitted_together_share_a_pass_and_a_common_prefix_waits_for_it(
+    model_dir: Path, prompts: Any
+) -> None:
+    """Requests that arrive together are prefilled in one pass and answer as they do alone;
+    one whose prompt begins as another's of that pass waits a step and reads the shared blocks
+    from the prefix cache instead of computing them again."""
+    system = "You are a careful assistant. Answer in full sentences and explain your reasoning."
+    asks = [
+        prompts.chat([{"role": "system", "content": system}, {"role": "user", "content": q}])
+        for q in ("Name a river.", "Name a lake.")
+    ]
+    asks.append(prompts.chat([{"role": "user", "content": "What is the capital of Italy?"}]))
+    specs = [SamplingSpec(f"r{i}", ids, 8, 0.0, cache_salt="t") for i, ids in enumerate(asks)]
+
+    async def together(engine: TorchEngine) -> list[tuple[list[int], int | None]]:
+        await engine.start()
+        try:
+
+            async def one(spec: SamplingSpec) -> tuple[list[int], int | None]:
+                got = [d async for d in engine.generate(spec)]
+                return [t for d in got for t in d.token_ids], got[0].cached_tokens
+
+            return list(await asyncio.gather(*(one(s) for s in specs)))
+        finally:
+            await engine.shutdown()
+
+    engine = TorchEngine(str(model_dir), max_model_len=512)
+    got = asyncio.run(together(engine))
+    alone = [r[0] for r in _run(TorchEngine(str(model_dir), max_model_len=512), specs[:1])]
+    alone += [r[0] for r in _run(TorchEngine(str(model_dir), max_model_len=512), specs[1:2])]
+    alone += [r[0] for r in _run(TorchEngine(str(model_dir), max_model_len=512), specs[2:])]
+    assert [g[0] for g in got] == alone
+    shared = next(j for j, (a, b) in enumerate(zip(asks[0], asks[1], strict=False)) if a != b)
+    assert got[0][1] == 0 and got[2][1] == 0
+    assert got[1][1] == shared // 16 * 16 > 0  # the whole blocks of the system prompt
+    # the first and third ran in one pass, the second a step later
+    assert engine.counters["prefills"] == 3 and engine.counters["prefill_passes"] == 2
+
+
 def test_the_prefix_cache_evicts_least_recently_used_within_its_limit(model_dir: Path) -> None:
     from zerolayer.engines.torch_engine.cache import SlotCache
     from zerolayer.engines.torch_engine.model import load_llama

@@ -391,6 +391,19 @@ class BatchesConfig(Strict):
     poll_s: float = Field(
         default=1.0, gt=0, description="How often an idle worker looks for a batch"
     )
+    group_most: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="At most this many of a batch's requests for one tier go to it in one call "
+        "(each call through Ray Serve costs CPU whatever it carries)",
+    )
+    group_wait_s: float = Field(
+        default=0.005,
+        ge=0,
+        le=1,
+        description="How long a batch's request waits for others to go to its tier with it",
+    )
     lease_s: float = Field(
         default=30.0,
         ge=1,

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from fastapi import FastAPI
 from ray import serve
-from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from zerolayer.batches import BatchStore
 from zerolayer.billing.consumer import backlog
@@ -23,6 +23,7 @@ from zerolayer.files import FileStore, files_url
 from zerolayer.gateway.api import create_app
 from zerolayer.gateway.canary import CanaryRunner
 from zerolayer.gateway.catalog import Catalog
+from zerolayer.gateway.grouped import Grouper
 from zerolayer.gateway.limits import Limiter
 from zerolayer.gateway.live import LiveSignals
 from zerolayer.gateway.metrics import Metrics
@@ -76,6 +77,8 @@ class HandleBackend:
         tokenfix: DeploymentHandle | Tokenfix,
         chunker: DeploymentHandle,
         handle_of: Callable[[Target], DeploymentHandle] = tier_handle,
+        group_most: int = 16,
+        group_wait_s: float = 0.005,
     ):
         self.tokenfix = tokenfix
         self.chunker = chunker
@@ -84,6 +87,8 @@ class HandleBackend:
         self._streams: dict[Target, DeploymentHandle] = {}
         self._cards: dict[Target, dict[str, Any]] = {}
         self._card_at: dict[Target, float] = {}  # when each card was asked for (monotonic)
+        # a batch's whole requests go to their tier in groups (zerolayer.gateway.grouped)
+        self.grouped = Grouper(self._complete_many, group_most, group_wait_s)
 
     def _handle(self, target: Target) -> DeploymentHandle:
         handle = self.handles.get(target)
@@ -105,22 +110,38 @@ class HandleBackend:
     ) -> list[Chunks] | Failed:
         return await self.chunker.chunk_all.remote(model, texts, options)
 
-    async def stream(
-        self, target: Target, spec: SamplingSpec
-    ) -> AsyncGenerator[ReplicaEvent, None]:
+    def stream(self, target: Target, spec: SamplingSpec) -> AsyncGenerator[ReplicaEvent, None]:
+        return self._streamed(target, "stream", spec)
+
+    async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
+        if spec.priority > 0:  # a batch's: sent with others for the same tier
+            return await self.grouped.complete(target, spec)
+        response = self._handle(target).complete.remote(spec)
+        return await self._call(cast(DeploymentResponse, response))
+
+    def _complete_many(
+        self, target: Target, specs: list[SamplingSpec]
+    ) -> AsyncGenerator[list[tuple[int, End | Failed]], None]:
+        return self._streamed(target, "complete_many", specs)
+
+    async def _streamed(self, target: Target, method: str, arg: Any) -> AsyncGenerator[Any, None]:
+        """The items a replica's generator method yields, through the handle; closed early
+        (the client, or every caller of a group, left), the replica's generator is closed and
+        the engine stops its requests."""
         self._handle(target)
-        gen = cast(DeploymentResponseGenerator, self._streams[target].stream.remote(spec))
+        remote = getattr(self._streams[target], method).remote
+        gen = cast(DeploymentResponseGenerator, remote(arg))
         finished = False
         try:
-            async for ev in gen:
-                yield ev
+            async for item in gen:
+                yield item
             finished = True
         finally:
             if not finished:
-                gen.cancel()  # client gone: the replica's generator is closed, the engine aborts
+                gen.cancel()
 
-    async def complete(self, target: Target, spec: SamplingSpec) -> End | Failed:
-        response = self._handle(target).complete.remote(spec)
+    @staticmethod
+    async def _call(response: DeploymentResponse) -> Any:
         try:
             return await response
         except asyncio.CancelledError:
@@ -170,7 +191,10 @@ class GatewayDeployment:
             if tokenfix is None
             else tokenfix
         )
-        self.backend = HandleBackend(prepare, chunker)
+        batches = self.config.batches
+        self.backend = HandleBackend(
+            prepare, chunker, group_most=batches.group_most, group_wait_s=batches.group_wait_s
+        )
         self.tiers = AsyncTierBoard(self.redis)
         ts, conv = self.config.traffic_sampling, self.config.conversations
         admin_redis = sync_client(self.config.redis)  # the admin API's calls (rare)

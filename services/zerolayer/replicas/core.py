@@ -136,6 +136,36 @@ class TierReplica:
             raise
         raise EngineError("the engine ended a request without a finish")
 
+    async def complete_each(
+        self, specs: list[SamplingSpec], gather_s: float = 0.002
+    ) -> AsyncGenerator[list[tuple[int, End | Failed]], None]:
+        """complete() of each request, all at once: (its index, its result) as each ends (one
+        that broke is its Failed), those that end within gather_s of each other in one list
+        (each item a caller streams costs about what a call does). Closed early, those still
+        running are cancelled (and reported as complete() does)."""
+        tasks = [asyncio.ensure_future(self.complete(s)) for s in specs]
+        index = {t: j for j, t in enumerate(tasks)}
+        pending = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if pending and gather_s > 0:
+                    more, pending = await asyncio.wait(pending, timeout=gather_s)
+                    done |= more
+                yield [(index[t], self._result(specs[index[t]], t)) for t in done]
+        finally:
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    @staticmethod
+    def _result(spec: SamplingSpec, task: asyncio.Task[End | Failed]) -> End | Failed:
+        exc = task.exception()
+        if exc is None:
+            return task.result()
+        log.error("request %s failed", spec.request_id, exc_info=exc)
+        return Failed.of(EngineError(f"the replica failed: {type(exc).__name__}"))
+
     @staticmethod
     def _whole(
         ev: End | Failed, parts: list[str], logprobs: list[TokenLogprob] | None

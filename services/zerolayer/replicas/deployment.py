@@ -118,6 +118,14 @@ class TierDeployment:
         """The whole result of one request."""
         return await self.replica.complete(spec)
 
+    async def complete_many(
+        self, specs: list[SamplingSpec]
+    ) -> AsyncGenerator[list[tuple[int, End | Failed]], None]:
+        """The whole results of several requests (a batch's), run at once: (index, result) of
+        those that ended, as they end (streamed through the handle)."""
+        async for ended in self.replica.complete_each(specs):
+            yield ended
+
     async def check_health(self) -> None:
         """Called by Ray Serve; raising marks the replica unhealthy and replaces it."""
         await self.replica.check_health()

@@ -28,10 +28,13 @@ ROUTER = "zerolayer.replicas.routing:AffinityRouter"
 
 
 def affinity_of(pending: PendingRequest | None) -> str:
-    """The affinity key of a request to a tier replica ('' for none: a card, a canary)."""
+    """The affinity key of a request to a tier replica ('' for none: a card, a canary); a
+    group of a batch's requests shares one (zerolayer.gateway.grouped)."""
     if pending is None or not pending.args:
         return ""
     spec = pending.args[0]
+    if isinstance(spec, list) and spec:
+        spec = spec[0]
     return spec.affinity if isinstance(spec, SamplingSpec) else ""
 
 

@@ -1,7 +1,8 @@
 """zerolayer's own engine: the torch Llama (model.py) behind the engine protocol.
 
 One worker thread owns the model and runs a continuous-batching loop: each step first prefills
-waiting requests (up to a token budget, at least one), then decodes one token for every running
+waiting requests (up to a token budget, at least one; all of them in one forward pass, the
+projections and MLPs over all their tokens at once), then decodes one token for every running
 sequence in a single batched forward. Keys and values stay in a slot cache, one slot per running
 sequence; finished sequences give their slot to the last one, so running slots are always 0..n-1.
 Tokens reach each request's async iterator through its event loop as soon as they are sampled.
@@ -20,7 +21,8 @@ A prefix cache (prefix.py) keeps the keys and values of whole blocks of finished
 (prompt and output) in the part of the KV budget the slots do not use, so a prompt that begins
 as an earlier one did (the next turn of a conversation, a shared system prompt) is prefilled
 from the first block it lacks; the slots take memory back from it, least recently used first,
-whenever a request needs room.
+whenever a request needs room. A prompt whose next block another prompt of the same pass
+computes waits one step for it instead of computing it too.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from zerolayer.engines.grammar import (
 )
 from zerolayer.engines.torch_engine.cache import SlotCache
 from zerolayer.engines.torch_engine.kernels import Compiler
-from zerolayer.engines.torch_engine.model import load_llama
+from zerolayer.engines.torch_engine.model import Prompt, load_llama
 from zerolayer.engines.torch_engine.prefix import PrefixCache, block_names
 from zerolayer.engines.torch_engine.probe import Probe
 
@@ -166,6 +168,7 @@ class TorchEngine:
             "requests": 0,
             "steps": 0,
             "prefills": 0,
+            "prefill_passes": 0,  # forward passes that ran them (several prompts at once)
             "generated": 0,
             "max_batch": 0,
             "masks": 0,  # grammar masks computed (rows; a token the grammar takes needs none)
@@ -463,6 +466,8 @@ class TorchEngine:
             self._preempt(running, waiting, cache, low_most)
         # interactive first (a stable sort: arrival order within a priority, pre-empted first)
         waiting[:] = sorted((r for r in waiting if not r.cancelled), key=lambda r: r.spec.priority)
+        fresh: list[tuple[_Request, list[bytes], Prompt]] = []  # prefilled together below
+        coming: set[bytes] = set()  # the blocks their pass computes
         while waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             if req.spec.priority > 0:
@@ -488,24 +493,42 @@ class TorchEngine:
                 self._unsave(req)
                 running.append(req)
                 continue
-            req.queue_s = time.monotonic() - req.queued_at
             prompt = req.spec.prompt_token_ids
             names = block_names(prompt, req.spec.cache_salt, prefix.block)
             # at least the last prompt token is run: its logits pick the first output token
             hit = prefix.match(names, (n - 1) // prefix.block) * prefix.block
-            prefix.load(names[: hit // prefix.block], cache, slot)
+            first = hit // prefix.block  # the first block it computes
+            if first < len(names) and names[first] in coming:
+                # its next block is one another prompt of this pass computes: it comes next
+                # step, and reads that block (and what follows of the shared prefix) cached
+                waiting.insert(0, req)
+                break
+            coming.update(names[first:])
+            req.queue_s = time.monotonic() - req.queued_at
+            prefix.load(names[:first], cache, slot)
             self.counters["prefix_queries"] += n
             self.counters["prefix_hits"] += hit
             req.cached = hit
-            probe = self._sampled("prefills")
-            logits = self.model.prefill(prompt[hit:], slot, cache, probe, start=hit)
-            prefix.save(names, cache, slot)
-            self._keep("prefill", probe)
-            self.counters["prefills"] += 1
             req.position = n
             running.append(req)
-            self._emit(req, *self._choose(req, logits))
+            fresh.append((req, names, Prompt(prompt[hit:], slot, hit)))
             budget -= n - hit
+        self._prefill(fresh, cache)
+
+    def _prefill(self, fresh: list[tuple[_Request, list[bytes], Prompt]], cache: Any) -> None:
+        """The prompts of the requests admitted this step, in one pass; each request's first
+        token, and its whole blocks kept in the prefix cache."""
+        if not fresh:
+            return
+        probe = self._sampled("prefills")
+        logits = self.model.prefill_many([p for _, _, p in fresh], cache, probe)
+        self._keep("prefill", probe)
+        self.counters["prefills"] += len(fresh)
+        self.counters["prefill_passes"] += 1
+        assert self.prefix is not None
+        for j, (req, names, p) in enumerate(fresh):
+            self.prefix.save(names, cache, p.slot)
+            self._emit(req, *self._choose(req, logits[j]))
 
     def _decode(self, running: list[_Request], cache: Any) -> None:
         tokens = [r.output[-1] for r in running]

@@ -13,8 +13,9 @@ It serves a Hugging Face Llama checkpoint (SmolLM2 and kin), or one with per-lay
 Layers beyond a device memory budget stay in host memory (pinned when CUDA is there) and are
 copied to the device one layer ahead of use (CPU offload).
 
-Two entry points: prefill(tokens, slot) for one new sequence, decode(tokens, positions) for one
-token of each active sequence. Both write keys and values into a SlotCache, one slot per sequence.
+Entry points: prefill(tokens, slot) for one new sequence, prefill_many(prompts) for several in
+one pass, decode(tokens, positions) for one token of each active sequence. All write keys and
+values into a SlotCache, one slot per sequence.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from zerolayer.engines.torch_engine.kernels import SparseInputKernel
 from zerolayer.engines.torch_engine.probe import Probe
 from zerolayer.engines.torch_engine.weights import Layer, LayerStore, Proj, sparse_hw_available
 
-__all__ = ["LoadReport", "LlamaModel", "load_llama"]
+__all__ = ["LoadReport", "LlamaModel", "Prompt", "load_llama"]
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -57,12 +58,32 @@ def _apply(p: Proj, x: torch.Tensor, probe: Probe | None) -> torch.Tensor:
     return p(x)
 
 
+def _seen(start: int, end: int, device: torch.device) -> torch.Tensor:
+    """Which keys (0..end) each query of positions start..end sees: those up to it."""
+    keys = torch.arange(end, device=device)
+    return keys[None, :] <= keys[start:, None]
+
+
 def _split(
     projs: list[Proj], x: torch.Tensor, sizes: list[int], probe: Probe | None
 ) -> list[torch.Tensor]:
     if len(projs) == 1:
         return list(_apply(projs[0], x, probe).split(sizes, dim=-1))
     return [_apply(p, x, probe) for p in projs]
+
+
+@dataclass(slots=True)
+class Prompt:
+    """A new sequence's prompt tokens for prefill, into `slot`; its first `start` tokens' keys
+    and values are there already (a prefix cache hit) and `tokens` are the rest."""
+
+    tokens: list[int]
+    slot: int
+    start: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
 
 
 @dataclass
@@ -299,43 +320,63 @@ class LlamaModel:
         every position [t, vocab] with every_position). With `start`, the slot already holds
         the keys and values of the prompt's first `start` tokens (a prefix cache hit) and
         `tokens` are the rest of it. A probe counts what the pass saw."""
+        x = self._prefill([Prompt(tokens, slot, start)], cache, probe)
+        if every_position:
+            return self._logits(x, probe)
+        return self._logits(x[-1:], probe)[0]
+
+    @torch.inference_mode()
+    def prefill_many(
+        self, prompts: list[Prompt], cache: SlotCache, probe: Probe | None = None
+    ) -> torch.Tensor:
+        """Several new sequences' prompts in one pass (each into its slot, as prefill() runs
+        one): the projections and MLPs run once over all their tokens, attention per
+        sequence. Logits of each one's last position [n, vocab]."""
+        x = self._prefill(prompts, cache, probe)
+        last = torch.tensor([len(p.tokens) for p in prompts], device=self.device).cumsum(0) - 1
+        return self._logits(x[last], probe)
+
+    def _prefill(
+        self, prompts: list[Prompt], cache: SlotCache, probe: Probe | None
+    ) -> torch.Tensor:
+        """The last layer's output [tokens, hidden] of these prompts, their keys and values
+        written into their slots."""
         s = self.shape
-        t = len(tokens)
-        end = start + t
+        sizes = [len(p.tokens) for p in prompts]
         if probe is not None:
-            probe.step(t)
-        rope = self._rope(torch.arange(start, end, device=self.device))
-        x = self.embed[torch.tensor(tokens, device=self.device)]
+            probe.step(sum(sizes))
+        dev = self.device
+        rope = self._rope(torch.cat([torch.arange(p.start, p.end, device=dev) for p in prompts]))
+        x = self.embed[torch.tensor([t for p in prompts for t in p.tokens], device=dev)]
         # a query at position start + r sees every key up to it
-        mask = None
-        if start:
-            mask = (
-                torch.arange(end, device=self.device)[None, :]
-                <= torch.arange(start, end, device=self.device)[:, None]
-            )
+        masks = [_seen(p.start, p.end, dev) if p.start else None for p in prompts]
         for i in range(s.layers):
             layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
             q, k, v = self._qkv(layer, h, rope, probe)
-            cache.k[i][slot, :, start:end] = k.transpose(0, 1)
-            cache.v[i][slot, :, start:end] = v.transpose(0, 1)
-            if start:
-                keys, values = cache.k[i][slot, :, :end], cache.v[i][slot, :, :end]
-            else:
-                keys, values = k.transpose(0, 1), v.transpose(0, 1)
-            a = F.scaled_dot_product_attention(
-                q.transpose(0, 1).unsqueeze(0),
-                keys.unsqueeze(0),
-                values.unsqueeze(0),
-                attn_mask=mask,
-                is_causal=not start,
-                enable_gqa=True,
-            )
-            x = x + _apply(layer.o, a[0].transpose(0, 1).reshape(t, self.q_size), probe)
+            outs = []
+            for p, mask, qs, ks, vs in zip(
+                prompts, masks, q.split(sizes), k.split(sizes), v.split(sizes), strict=True
+            ):
+                cache.k[i][p.slot, :, p.start : p.end] = ks.transpose(0, 1)
+                cache.v[i][p.slot, :, p.start : p.end] = vs.transpose(0, 1)
+                if p.start:
+                    keys, values = cache.k[i][p.slot, :, : p.end], cache.v[i][p.slot, :, : p.end]
+                else:
+                    keys, values = ks.transpose(0, 1), vs.transpose(0, 1)
+                a = F.scaled_dot_product_attention(
+                    qs.transpose(0, 1).unsqueeze(0),
+                    keys.unsqueeze(0),
+                    values.unsqueeze(0),
+                    attn_mask=mask,
+                    is_causal=not p.start,
+                    enable_gqa=True,
+                )
+                outs.append(a[0].transpose(0, 1).reshape(len(p.tokens), self.q_size))
+            a = outs[0] if len(outs) == 1 else torch.cat(outs)
+            x = x + _apply(layer.o, a, probe)
             x = x + self._mlp(layer, _rms(x, layer.post_norm, s.eps), i, probe)
-        if every_position:
-            return self._logits(x, probe)
-        return self._logits(x[-1:], probe)[0]
+        return x
 
     @torch.inference_mode()
     def decode(
