@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from fastapi import FastAPI
 from ray import serve
-from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from zerolayer.batches import BatchStore
 from zerolayer.billing.consumer import backlog
@@ -117,7 +117,11 @@ class HandleBackend:
         if spec.priority > 0:  # a batch's: sent with others for the same tier
             return await self.grouped.complete(target, spec)
         response = self._handle(target).complete.remote(spec)
-        return await self._call(cast(DeploymentResponse, response))
+        try:
+            return await response
+        except asyncio.CancelledError:
+            response.cancel()  # the caller left: the replica's call is cancelled, the engine aborts
+            raise
 
     def _complete_many(
         self, target: Target, specs: list[SamplingSpec]
@@ -138,15 +142,7 @@ class HandleBackend:
             finished = True
         finally:
             if not finished:
-                gen.cancel()
-
-    @staticmethod
-    async def _call(response: DeploymentResponse) -> Any:
-        try:
-            return await response
-        except asyncio.CancelledError:
-            response.cancel()  # the caller left: the replica's call is cancelled, the engine aborts
-            raise
+                gen.cancel()  # the replica's generator is closed, the engine aborts
 
     async def canary(self, target: Target, texts: list[str], top_k: int) -> list[dict[str, Any]]:
         return await self._handle(target).canary.remote(texts, top_k)

@@ -4,9 +4,11 @@ A batch's requests need no answer soon, and each call through a Ray Serve handle
 millisecond of CPU on each side (routing, gRPC, the replica's own bookkeeping) whatever it
 carries. So the gateway holds a batch's whole request for at most `wait_s`, or until `most` are
 bound for the same tier with the same affinity key (the replica routing reads the group's),
-and sends them together; the replica runs each on its engine as it
-would alone (the engine batches them, interactive requests first) and answers with each one's
-result, in order. Interactive requests never wait here.
+and sends them together; the replica runs each on its engine as it would alone (the engine
+batches them, interactive requests first) and streams the results back as they end, those that
+end within a moment of each other in one message (so a request done early frees its place in
+the batch worker then, not when its group's last one ends; each streamed message costs about
+what a call does). Interactive requests never wait here.
 
 A request whose caller leaves (its deadline passed) before the group is sent is left out of
 it; once sent, the group's call is cancelled when every request in it was left (the replica
