@@ -128,8 +128,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 
 @pytest.fixture(scope="session")
 def redis_url(redis_server: EmbeddedRedis) -> str:
-    """The session server's address with its credentials in it."""
-    return redis_server.secret_url()
+    """The session server's address with its credentials in it, on database 1: the integration
+    platform keeps database 0 of the same server, and its gateways' batch workers and billing
+    consumers would otherwise take the queued batches and usage events of in-process tests."""
+    url = redis_server.secret_url()
+    assert url.endswith("?db=0"), url
+    return url.removesuffix("?db=0") + "?db=1"
 
 
 @pytest.fixture(scope="session")

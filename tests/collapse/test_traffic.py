@@ -12,8 +12,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from zerolayer.collapse.traffic import MIN_PROMPTS, load_traffic, traffic_domain
-from zerolayer.config import PlatformConfig
-from zerolayer.store.embedded import EmbeddedRedis
+from zerolayer.config import PlatformConfig, RedisConfig
 from zerolayer.store.keys import KeyStore
 from zerolayer.store.traffic import AsyncTrafficStore, prompt_text
 
@@ -35,8 +34,9 @@ def _keep_all(url: str, key_id: str, texts: list[str], model: str) -> None:
 
 
 @pytest.fixture
-def platform(base_config: PlatformConfig, redis_server: EmbeddedRedis) -> PlatformConfig:
-    return base_config.model_copy(update={"redis": redis_server.config()})
+def platform(base_config: PlatformConfig, redis_url: str) -> PlatformConfig:
+    """The platform's config on the tests' Redis database (redis_url)."""
+    return base_config.model_copy(update={"redis": RedisConfig(url=redis_url)})
 
 
 def test_traffic_domain_from_opted_in_keys(

@@ -309,6 +309,49 @@ def test_a_batch_past_its_window_ends_expired_with_nothing_run(
     assert [e for e in events(gw) if e["endpoint"].startswith("batch.")] == []
 
 
+def test_a_batch_that_cannot_run_holds_up_no_other(make_gateway: GatewayFactory) -> None:
+    """A batch whose input file's bytes are gone from the store ends `failed` (missing_file),
+    and its content is a 404; a batch whose run raises (its store failing) is left alone for a
+    while; the batch queued behind both still runs to completed."""
+    gw = make_gateway()
+    oc = fast(gw)
+    gw.client.portal.call(gw.app.state.batch_worker.close)  # no worker yet
+    files = gw.app.state.parts.files
+    made = [
+        oc.files.create(file=(f"{n}.jsonl", io.BytesIO(jsonl([line(n)]))), purpose="batch")
+        for n in ("gone", "raises", "fine")
+    ]
+    gone, raises, fine = (
+        oc.batches.create(
+            input_file_id=m.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ).id
+        for m in made
+    )
+    files.fs.rm_file(files._path(made[0].id))
+    r = httpx.get(f"{gw.http()}/files/{made[0].id}/content", headers=gw.auth, timeout=10)
+    assert_openai_error(r, 404)
+    worker = another_worker(gw)
+    run = worker.run
+
+    async def failing(bid: str, lost: Any = None) -> None:
+        if bid == raises:
+            raise ConnectionError("the store is failing")
+        await run(bid, lost)
+
+    worker.run = failing  # type: ignore[method-assign]  # one batch's store fails
+    gw.client.portal.call(worker.start)
+    try:
+        done = until(oc, fine, {"completed"})
+        failed = until(oc, gone, {"failed"})
+    finally:
+        gw.client.portal.call(worker.close)
+    assert done.request_counts.completed == 1
+    assert failed.errors is not None and failed.errors.data[0].code == "missing_file"
+    assert oc.batches.retrieve(raises).status == "validating"
+    tries, _ = worker._resting[raises]
+    assert tries >= 1 and worker.ran == 1
+
+
 def test_a_request_refused_for_a_while_is_sent_again_not_failed(
     make_gateway: GatewayFactory,
 ) -> None:

@@ -102,15 +102,22 @@ class FileStore:
         return found
 
     async def content(self, tenant: str, fid: str) -> AsyncIterator[bytes]:
-        """A tenant's file's bytes, in pieces; NotFound (before any piece) when it has none."""
+        """A tenant's file's bytes, in pieces; NotFound (before any piece) when it has none,
+        or when its bytes are gone from the file system (a bucket's own expiry, a lost disk)."""
         await self.get(tenant, fid)
-        handle = await asyncio.to_thread(self.fs.open, self._path(fid), "rb")
+        try:
+            handle = await asyncio.to_thread(self.fs.open, self._path(fid), "rb")
+        except FileNotFoundError:
+            raise NotFound(f"the bytes of file {fid!r} are gone") from None
         return _pieces(handle)
 
     async def read(self, tenant: str, fid: str) -> bytes:
-        """A tenant's file's bytes, whole."""
+        """A tenant's file's bytes, whole; NotFound as content() says."""
         await self.get(tenant, fid)
-        data: bytes = await asyncio.to_thread(self.fs.cat_file, self._path(fid))
+        try:
+            data: bytes = await asyncio.to_thread(self.fs.cat_file, self._path(fid))
+        except FileNotFoundError:
+            raise NotFound(f"the bytes of file {fid!r} are gone") from None
         return data
 
     async def page(

@@ -14,7 +14,9 @@ request cut off would be billed for what it delivered, and again in full when ru
 replica killed outright leaves its running requests unsettled, so they cost nothing (their
 reservations are swept) and run again elsewhere. Cancelling stops new requests and ends the
 batch `cancelled` with what ran; a batch past its window ends `expired`; the requests that did
-not run are in the error file (batch_cancelled, batch_expired)."""
+not run are in the error file (batch_cancelled, batch_expired). A batch whose input bytes are
+gone ends `failed`; one whose run raises (its store failing) is left by this worker for a
+while, so the batches behind it in the queue still run."""
 
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ __all__ = ["BatchWorker", "batch_lines"]
 log = logging.getLogger(__name__)
 
 OUTPUT_TTL_S = 30 * 86400
+REST_MOST_S = 60.0  # the longest a worker leaves a batch whose run raised
 
 
 class _Status:
@@ -98,6 +101,7 @@ class BatchWorker:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.ran = 0  # requests run (tests, stats)
+        self._resting: dict[str, tuple[int, float]] = {}  # batch -> (runs raised, left until)
 
     def start(self) -> None:
         """Start polling on the running loop. Once only: an app's lifespan run again (a second
@@ -133,14 +137,27 @@ class BatchWorker:
                     pass
 
     async def step(self) -> bool:
-        """Run one queued batch whose lease this worker gets; False if there was none."""
-        for bid in await self.batches.queued():
-            if await self.batches.take(bid, self.id, self.lease_ms):
-                try:
-                    await self._with_lease(bid)
-                finally:
-                    await self.batches.release(bid, self.id)
-                return True
+        """Run one queued batch whose lease this worker gets; False if there was none. A batch
+        whose run raised (its store failing) is logged and left alone for a while, twice as
+        long each time (at most REST_MOST_S), while the batches behind it in the queue run."""
+        now = time.monotonic()
+        queued = await self.batches.queued()
+        self._resting = {b: r for b, r in self._resting.items() if b in queued}
+        for bid in queued:
+            tries, until = self._resting.get(bid, (0, 0.0))
+            if until > now or not await self.batches.take(bid, self.id, self.lease_ms):
+                continue
+            try:
+                await self._with_lease(bid)
+            except Exception:
+                rest = min(REST_MOST_S, self.config.batches.poll_s * 2**tries)
+                self._resting[bid] = (tries + 1, time.monotonic() + rest)
+                log.exception("batch %s failed to run; left for %.1f s", bid, rest)
+                continue
+            finally:
+                await self.batches.release(bid, self.id)
+            self._resting.pop(bid, None)
+            return True
         return False
 
     async def _with_lease(self, bid: str) -> None:
@@ -153,6 +170,7 @@ class BatchWorker:
                     lost.set()  # another worker has the batch now: start nothing more
         finally:
             await asyncio.gather(run, return_exceptions=True)
+        run.result()  # a run that raised: step() leaves that batch for a while
 
     async def run(self, bid: str, lost: asyncio.Event | None = None) -> None:
         h = await self.batches.raw(bid)
