@@ -5,17 +5,21 @@ in three parts:
              model time): requests per second from creation to `completed`, --repeats batches
   tier       a --real-lines batch through a real torch tier (the dense model): completion
              tokens per second from creation to `completed`, against the same engine's offline
-             throughput at its best batch size (8, 16 or 32 requests at once, measured in this
-             process before the platform starts, the same prompts and max_tokens)
-  priority   interactive time to first token at 8 streaming clients, with a batch running and
-             without, in --repeats interleaved rounds of --round-s seconds each (shuffled
-             order): median of the per-round ratios of p50 TTFT (with / without) and spread
+             throughput at its best batch size (8, 16 or 32 requests at once, found in this
+             process before the platform starts; the same prompts and max_tokens), measured
+             again beside each batch in --tier-repeats rounds (shuffled order): median of the
+             per-round ratios and spread
+  priority   interactive time to first token at 8 streaming clients (each pausing a random
+             0 to --pause-s before each request), with a batch running and without, in
+             --repeats interleaved rounds of --round-s seconds each (shuffled order): median
+             of the per-round ratios of p50 TTFT (with / without) and spread
 
 Targets: machinery at least 500 requests/s; tier at least 0.9 of offline; priority at most 1.2.
 Writes benchmarks/results/batch.json.
 
   .venv/bin/python benchmarks/batch.py [--parts machinery,tier,priority] [--lines 1000]
-      [--real-lines 96] [--tokens 48] [--repeats 5] [--round-s 12]
+      [--real-lines 96] [--tokens 48] [--repeats 5] [--tier-repeats 5] [--round-s 12]
+      [--pause-s 0.2]
 """
 
 from __future__ import annotations
@@ -127,34 +131,43 @@ def machinery(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def offline(model_dir: Path, prompts: Any, n: int, tokens: int) -> dict[int, float]:
-    """The torch engine's tokens/s over the same requests at 8, 16 and 32 at once."""
-    from zerolayer.engines.torch_engine import TorchEngine
-    from zerolayer.protocol import SamplingSpec
+class Offline:
+    """The torch engine as the tier runs it (2 threads, its prefix cache, which the requests'
+    shared chat template prefix hits), in this process on a loop of its own, kept for the whole
+    run so that each round measures it again beside the tier: completion tokens/s over the same
+    requests, `width` at once."""
 
-    ids = [prompts.chat([{"role": "user", "content": question(i)}]) for i in range(n)]
-    # as the tier runs it (torch_tier below): its prefix cache too, which the requests' shared
-    # chat template prefix hits
-    engine = TorchEngine(
-        str(model_dir), max_model_len=1024, max_num_seqs=32, kv_cache_gib=1, threads=2
-    )
-    await engine.start()
-    out = {}
-    try:
-        for width in (8, 8, 16, 32):  # the first 8: warm-up
-            gate = asyncio.Semaphore(width)
+    def __init__(self, model_dir: Path, prompts: Any, n: int, tokens: int):
+        from zerolayer.engines.torch_engine import TorchEngine
 
-            async def one(x: list[int], gate: asyncio.Semaphore = gate) -> int:
-                async with gate:
-                    spec = SamplingSpec(uuid.uuid4().hex, x, tokens, 0.0)
-                    return sum([len(d.token_ids) async for d in engine.generate(spec)])
+        self.ids = [prompts.chat([{"role": "user", "content": question(i)}]) for i in range(n)]
+        self.tokens = tokens
+        self.engine = TorchEngine(
+            str(model_dir), max_model_len=1024, max_num_seqs=32, kv_cache_gib=1, threads=2
+        )
+        self.runner = asyncio.Runner()
+        self.runner.run(self.engine.start())
 
-            t0 = time.perf_counter()
-            made = sum(await asyncio.gather(*(one(x) for x in ids)))
-            out[width] = made / (time.perf_counter() - t0)
-    finally:
-        await engine.shutdown()
-    return out
+    def rate(self, width: int) -> float:
+        return self.runner.run(self._rate(width))
+
+    async def _rate(self, width: int) -> float:
+        from zerolayer.protocol import SamplingSpec
+
+        gate = asyncio.Semaphore(width)
+
+        async def one(x: list[int]) -> int:
+            async with gate:
+                spec = SamplingSpec(uuid.uuid4().hex, x, self.tokens, 0.0)
+                return sum([len(d.token_ids) async for d in self.engine.generate(spec)])
+
+        t0 = time.perf_counter()
+        made = sum(await asyncio.gather(*(one(x) for x in self.ids)))
+        return made / (time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.runner.run(self.engine.shutdown())
+        self.runner.close()
 
 
 def tier(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -164,31 +177,51 @@ def tier(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     from zerolayer.tokenfix.prompt import PromptBuilder
 
     model_dir = ensure_model(cfg, cfg.default_model)
-    best = asyncio.run(offline(model_dir, PromptBuilder(model_dir), args.real_lines, args.tokens))
-    width = max(best, key=lambda w: best[w])
-    print(f"offline tokens/s by requests at once: {best}", flush=True)
-    platform = Platform(platform_with(cfg, torch_tier(args))).start()
+    off = Offline(model_dir, PromptBuilder(model_dir), args.real_lines, args.tokens)
+    rng = random.Random(args.seed)
+    rows = []
     try:
-        oc = OpenAI(base_url=platform.base_url, api_key=platform.key, max_retries=0, timeout=600)
-        run_batch(oc, 8, 8)  # warm-up
-        runs = []
-        for k in range(args.tier_repeats):
-            wall, completion, _ = run_batch(oc, args.real_lines, args.tokens)
-            runs.append(completion / wall)
-            print(
-                f"tier: batch {k + 1}: {completion} tokens in {wall:.1f} s = "
-                f"{runs[-1]:.1f} tokens/s ({runs[-1] / best[width]:.3f} of offline)",
-                flush=True,
+        off.rate(8)  # warm-up
+        best = {w: off.rate(w) for w in (8, 16, 32)}
+        width = max(best, key=lambda w: best[w])
+        print(f"offline tokens/s by requests at once: {best}", flush=True)
+        platform = Platform(platform_with(cfg, torch_tier(args))).start()
+        try:
+            oc = OpenAI(
+                base_url=platform.base_url, api_key=platform.key, max_retries=0, timeout=600
             )
+            run_batch(oc, 8, 8)  # warm-up
+            for k in range(args.tier_repeats):
+                order = ["offline", "tier"]
+                rng.shuffle(order)
+                row: dict[str, Any] = {}
+                for what in order:
+                    if what == "offline":
+                        row["offline"] = off.rate(width)
+                    else:
+                        wall, completion, _ = run_batch(oc, args.real_lines, args.tokens)
+                        row["tier"] = completion / wall
+                row["ratio"] = row["tier"] / row["offline"]
+                rows.append({k: round(v, 4) for k, v in row.items()})
+                print(
+                    f"tier: round {k + 1}: {row['tier']:.1f} tokens/s, offline "
+                    f"{row['offline']:.1f} = {row['ratio']:.3f}",
+                    flush=True,
+                )
+        finally:
+            platform.stop()
     finally:
-        platform.stop()
+        off.close()
+    ratios = [r["ratio"] for r in rows]
     return {
         "lines": args.real_lines,
         "max_tokens": args.tokens,
         "offline_tokens_per_s": {str(k): round(v, 1) for k, v in best.items()},
         "offline_best_width": width,
-        "batch_tokens_per_s": [round(r, 1) for r in runs],
-        "median_ratio": round(statistics.median(runs) / best[width], 4),
+        "median_ratio": round(statistics.median(ratios), 4),
+        "min_ratio": round(min(ratios), 4),
+        "max_ratio": round(max(ratios), 4),
+        "rounds": rows,
         "target_ratio": 0.9,
     }
 
@@ -213,15 +246,20 @@ def _token_chunk(line: str) -> bool:
     return bool(choices[0].get("delta", {}).get("content"))
 
 
-async def ttft(http: Any, root: str, clients: int, seconds: float) -> list[float]:
+async def ttft(
+    http: Any, root: str, clients: int, seconds: float, pause_s: float, seed: int
+) -> list[float]:
     """Times to first token (the first chunk with text) of streamed chat requests sent by
-    `clients` for `seconds`."""
+    `clients` for `seconds`, each client pausing a random 0 to `pause_s` before each request
+    (so the clients' requests do not arrive in lockstep, each round in a phase of its own)."""
     out: list[float] = []
     end = time.monotonic() + seconds
 
     async def client(c: int) -> None:
         i = 0
+        rng = random.Random(seed * 1000 + c)
         while time.monotonic() < end:
+            await asyncio.sleep(rng.uniform(0, pause_s))
             body = {
                 "model": MODEL,
                 "messages": [{"role": "user", "content": question(1000 + c * 100 + i)}],
@@ -268,7 +306,7 @@ def priority(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
                     )
                     while oc.batches.retrieve(batch.id).request_counts.completed < 4:
                         await asyncio.sleep(0.1)
-                got = await ttft(http, root, 8, args.round_s)
+                got = await ttft(http, root, 8, args.round_s, args.pause_s, rng.randrange(1 << 30))
                 if batch is not None:
                     oc.batches.cancel(batch.id)
                     while oc.batches.retrieve(batch.id).status != "cancelled":
@@ -295,6 +333,7 @@ def priority(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "clients": 8,
         "round_s": args.round_s,
+        "pause_s": args.pause_s,
         "median_ratio": round(statistics.median(ratios), 4),
         "min_ratio": round(min(ratios), 4),
         "max_ratio": round(max(ratios), 4),
@@ -313,8 +352,9 @@ def main() -> None:
     ap.add_argument("--real-lines", type=int, default=96)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--tier-repeats", type=int, default=3)
+    ap.add_argument("--tier-repeats", type=int, default=5)
     ap.add_argument("--round-s", type=float, default=12.0)
+    ap.add_argument("--pause-s", type=float, default=0.2, help="priority clients' longest pause")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
