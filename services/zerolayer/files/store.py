@@ -105,20 +105,21 @@ class FileStore:
         """A tenant's file's bytes, in pieces; NotFound (before any piece) when it has none,
         or when its bytes are gone from the file system (a bucket's own expiry, a lost disk)."""
         await self.get(tenant, fid)
-        try:
-            handle = await asyncio.to_thread(self.fs.open, self._path(fid), "rb")
-        except FileNotFoundError:
-            raise NotFound(f"the bytes of file {fid!r} are gone") from None
+        handle: IO[bytes] = await self._bytes(fid, self.fs.open, "rb")
         return _pieces(handle)
 
     async def read(self, tenant: str, fid: str) -> bytes:
         """A tenant's file's bytes, whole; NotFound as content() says."""
         await self.get(tenant, fid)
+        data: bytes = await self._bytes(fid, self.fs.cat_file)
+        return data
+
+    async def _bytes(self, fid: str, call: Any, *args: Any) -> Any:
+        """call(path of fid's bytes, *args) in a worker thread; NotFound when they are gone."""
         try:
-            data: bytes = await asyncio.to_thread(self.fs.cat_file, self._path(fid))
+            return await asyncio.to_thread(call, self._path(fid), *args)
         except FileNotFoundError:
             raise NotFound(f"the bytes of file {fid!r} are gone") from None
-        return data
 
     async def page(
         self, tenant: str, limit: int, order: str, after: str | None, purpose: str | None
