@@ -590,6 +590,42 @@ def test_prompts_prefilled_in_one_pass_equal_each_prefilled_alone(
         )
 
 
+def test_a_decode_step_over_some_slots_equals_those_rows_of_the_whole_step(
+    model_dir: Path, chats: Any
+) -> None:
+    """decode(..., slots): the rows it runs (any slots, not only 0..n-1) give the logits and
+    write the keys and values that a step over every slot gives those rows; the other slots
+    are left as they were."""
+    from zerolayer.engines.torch_engine.cache import SlotCache
+    from zerolayer.engines.torch_engine.model import load_llama
+
+    model = load_llama(model_dir, max_len=256)
+    prompts = [chats[0], chats[1], list(range(300, 340))]
+    caches = []
+    for _ in range(2):
+        cache = SlotCache(model.shape, torch.float32, torch.device("cpu"), 256)
+        cache.ensure(3, 256)
+        firsts = [int(model.prefill(p, j, cache).argmax()) for j, p in enumerate(prompts)]
+        caches.append(cache)
+    whole, part = caches
+    positions = [len(p) for p in prompts]
+    every = model.decode(firsts, positions, whole)
+    before = [part.k[i][1].clone() for i in range(model.shape.layers)]
+    some = model.decode([firsts[0], firsts[2]], [positions[0], positions[2]], part, slots=[0, 2])
+    assert some.shape == (2, model.shape.vocab)
+    for row, j in enumerate([0, 2]):
+        assert torch.allclose(some[row], every[j], atol=1e-4)
+        end = positions[j] + 1
+        assert all(
+            torch.allclose(part.k[i][j, :, :end], whole.k[i][j, :, :end], atol=1e-5)
+            for i in range(model.shape.layers)
+        )
+    assert all(torch.equal(part.k[i][1], before[i]) for i in range(model.shape.layers))
+    # one row in a slot other than 0 (the compiled single-row step serves slot 0 only)
+    one = model.decode([firsts[1]], [positions[1]], part, slots=[1])
+    assert torch.allclose(one[0], every[1], atol=1e-4)
+
+
 def test_requests_admitted_together_share_a_pass_and_a_common_prefix_waits_for_it(
     model_dir: Path, prompts: Any
 ) -> None:
@@ -692,6 +728,7 @@ def test_an_interactive_request_preempts_batch_rows_that_resume_unchanged(
             assert len(waits) == 4  # every slot holds a batch request
             await one("live", 4, 0)  # starts at once: three batch rows leave
             preempted = engine.counters["preempted"]
+            assert engine.counters["rows_sat_out"] >= 1  # the step that prefilled it
             await asyncio.gather(*batch)
             await one("alone", 40, 1)
             return tokens, waits, tokens["alone"], preempted, engine._swapped

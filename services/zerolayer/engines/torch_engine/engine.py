@@ -14,8 +14,10 @@ runs or waits, or did within busy_hold_s, they hold at most batch_rows_busy slot
 more makes each step, and so every interactive token, slower. The rows past that are
 pre-empted: their keys and values are copied to host memory (at most swap_gib in all) and the
 request waits, first among the batch requests, to be copied back into a slot and go on from the
-same token, no prefill run again (benchmarks/batch.py measures interactive time to first token
-with a batch running and without).
+same token, no prefill run again. A step that prefills interactive prompts decodes only the
+interactive rows: requests arriving together (clients in lockstep) then wait for a shorter step
+(benchmarks/batch.py measures interactive time to first token with a batch running and
+without).
 
 A prefix cache (prefix.py) keeps the keys and values of whole blocks of finished sequences
 (prompt and output) in the part of the KV budget the slots do not use, so a prompt that begins
@@ -145,6 +147,7 @@ class TorchEngine:
         self.prefill_tokens = prefill_tokens
         # rows batch requests may start into while interactive ones run or wait (module doc)
         self.batch_rows_busy = batch_rows_busy
+        self._burst = False  # this step prefilled interactive prompts (_decoding)
         self.busy_hold_s = busy_hold_s
         self.swap_bytes = int(swap_gib * (1 << 30))  # pre-empted rows' keys and values, at most
         self._swapped = 0
@@ -175,6 +178,7 @@ class TorchEngine:
             "prefix_queries": 0,  # prompt tokens looked up in the prefix cache
             "prefix_hits": 0,  # of those, found there (their prefill skipped)
             "preempted": 0,  # batch rows moved out of their slot for interactive requests
+            "rows_sat_out": 0,  # batch rows left out of a step that prefilled interactive ones
         }
         self._prefix_seen = {"queries": 0, "hits": 0}  # the counts signals() last reported
         self.live_thresholds = live_thresholds
@@ -371,7 +375,7 @@ class TorchEngine:
                 self._admit(waiting, running, cache)
                 running[:] = self._drop(running, cache)
                 if running:
-                    self._decode(running, cache)
+                    self._decode(*self._decoding(running), cache)
                     running[:] = self._drop(running, cache)
         except BaseException as exc:  # report to every caller, never hang them
             log.exception("torch engine loop failed")
@@ -518,6 +522,7 @@ class TorchEngine:
     def _prefill(self, fresh: list[tuple[_Request, list[bytes], Prompt]], cache: Any) -> None:
         """The prompts of the requests admitted this step, in one pass; each request's first
         token, and its whole blocks kept in the prefix cache."""
+        self._burst = any(req.spec.priority == 0 for req, _, _ in fresh)
         if not fresh:
             return
         probe = self._sampled("prefills")
@@ -530,11 +535,23 @@ class TorchEngine:
             self.prefix.save(names, cache, p.slot)
             self._emit(req, *self._choose(req, logits[j]))
 
-    def _decode(self, running: list[_Request], cache: Any) -> None:
+    def _decoding(self, running: list[_Request]) -> tuple[list[_Request], list[int] | None]:
+        """The rows this step decodes and their slots (None: all, slots 0..n-1). A step that
+        prefilled interactive prompts leaves the batch rows out: their requests' clients wait
+        for the step's end, the batch rows lose one step."""
+        if not self._burst:
+            return running, None
+        slots = [j for j, r in enumerate(running) if r.spec.priority == 0]
+        if len(slots) == len(running):
+            return running, None
+        self.counters["rows_sat_out"] += len(running) - len(slots)
+        return [running[j] for j in slots], slots
+
+    def _decode(self, running: list[_Request], slots: list[int] | None, cache: Any) -> None:
         tokens = [r.output[-1] for r in running]
         positions = [r.position for r in running]
         probe = self._sampled("steps")
-        logits = self.model.decode(tokens, positions, cache, probe)
+        logits = self.model.decode(tokens, positions, cache, probe, slots)
         self._keep("decode", probe)
         self.counters["steps"] += 1
         self.counters["max_batch"] = max(self.counters["max_batch"], len(running))

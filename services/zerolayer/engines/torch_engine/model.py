@@ -385,17 +385,20 @@ class LlamaModel:
         positions: list[int],
         cache: SlotCache,
         probe: Probe | None = None,
+        slots: list[int] | None = None,
     ) -> torch.Tensor:
-        """One token for each of the sequences in slots 0..n-1; logits [n, vocab]. A sampled
-        step (probe given) runs with torch ops, which the probe can watch."""
+        """One token for each of the sequences in slots 0..n-1 (in `slots` when given); logits
+        [n, vocab]. A sampled step (probe given) runs with torch ops, which the probe can
+        watch."""
         s = self.shape
         n = len(tokens)
-        if n == 1 and self._layers_c is not None and probe is None:
+        if n == 1 and self._layers_c is not None and probe is None and slots in (None, [0]):
             return self._decode_one(tokens[0], positions[0], cache)
         if probe is not None:
             probe.step(n)
         pos = torch.tensor(positions, device=self.device)
-        rows = torch.arange(n, device=self.device)
+        rows = torch.arange(n, device=self.device) if slots is None else torch.tensor(slots)
+        pick = slice(0, n) if slots is None else rows
         length = max(positions) + 1
         visible = (torch.arange(length, device=self.device)[None, :] <= pos[:, None]).view(
             n, 1, 1, length
@@ -411,8 +414,8 @@ class LlamaModel:
             vc[rows, :, pos] = v
             a = F.scaled_dot_product_attention(
                 q.unsqueeze(2),
-                kc[:n, :, :length],
-                vc[:n, :, :length],
+                kc[pick, :, :length],
+                vc[pick, :, :length],
                 attn_mask=visible,
                 enable_gqa=True,
             )
