@@ -37,6 +37,8 @@ TINY_COLLAPSE: dict[str, Any] = {
     "static_levels": [0.3],
     "dynamic_levels": [0.7],
     "input_levels": {"attn": [0.5], "gate_up": [0.2], "qkv": [0.2], "head": [0.2]},
+    "flip_prompts": 3,
+    "price_after_build": False,
 }
 
 

@@ -31,6 +31,8 @@ CARD_FIELDS = {
     "eval",
     "domains",
     "leave_one_domain_out",
+    "flips",
+    "flip_budget",
 }
 
 
@@ -75,6 +77,93 @@ def test_cards_list_every_domain_and_hold_the_budget_on_the_worst(
             assert row["unseen_ppl_delta"] >= q["domains"][d]["ppl_delta"] - 1e-5, (tier, d)
         worst = max(lodo["domains"], key=lambda d: lodo["domains"][d]["unseen_ppl_delta"])
         assert lodo["worst_domain"] == worst, tier
+
+
+def test_cards_count_changed_answers_on_every_domain(built: dict[str, Any]) -> None:
+    """Each card's flips: every domain's held-out prompts (flip_prompts each), the worst domain
+    at the top, and the confidence signals' AUC where answers both changed and held."""
+    from tests.conftest import TINY_COLLAPSE, TINY_DOMAINS
+
+    for tier, card in built["cards"].items():
+        f = card["flips"]
+        assert list(f["domains"]) == list(TINY_DOMAINS), tier
+        assert all(v["prompts"] == TINY_COLLAPSE["flip_prompts"] for v in f["domains"].values())
+        assert f["flips"] == f["domains"][f["worst_domain"]]["flips"], tier
+        assert f["flips"] == max(v["flips"] for v in f["domains"].values()), tier
+        assert f["tokens"] == 32 and card["flip_budget"] is None
+        conf = f["confidence"]
+        assert conf["prompts"] == len(TINY_DOMAINS) * TINY_COLLAPSE["flip_prompts"]
+        assert conf["flipped"] == round(f["overall"] * conf["prompts"]), tier
+        rated = 0 < conf["flipped"] < conf["prompts"]
+        assert (conf["auc"] is not None) == rated, tier
+        assert set(conf["signals"]) == {"entropy", "margin", "silence"}, tier
+
+
+def test_a_flip_budget_is_held(built: dict[str, Any], tmp_path: Path) -> None:
+    """A tier over its flip budget gets no card (its build fails, saying so); a candidate cut
+    over it is refused in the search's confirmation."""
+    import shutil
+
+    from zerolayer.artifacts import read_dynamic
+    from zerolayer.errors import ArtifactError
+
+    b = built["builder"]
+    tier = max(built["cards"], key=lambda t: built["cards"][t]["flips"]["flips"])
+    card = built["cards"][tier]
+    assert card["flips"]["flips"] > 0, "no tiny tier changes an answer"
+    folder = tmp_path / tier
+    shutil.copytree(built["out"] / tier, folder)
+    (folder / "tier_card.json").unlink()
+    kind = {"pruned": "masked"}.get(tier, tier)
+    settings = b.s
+    try:
+        b.s = settings.model_copy(update={"flip_budgets": {kind: 0.0}})
+        with pytest.raises(ArtifactError, match="over its flip budget"):
+            b.card(tier, card["method"], card["quality"], {}, folder)
+        assert not (folder / "tier_card.json").exists()
+        if built["cards"]["dynamic"]["flips"]["flips"] > 0:
+            art = read_dynamic(built["out"] / "dynamic")
+            b.s = settings.model_copy(update={"flip_budgets": {"dynamic": 0.0}})
+            quality, over = b.confirm("dynamic", b.applied(art))
+            assert over is True and quality["ppl_delta"] >= 0
+            b.s = settings.model_copy(update={"flip_budgets": {"dynamic": 1.0}})
+            assert b.confirm("dynamic", b.applied(art))[1] is False
+        b.s = settings.model_copy(update={"flip_budgets": {kind: 1.0}})
+        written = b.card(tier, card["method"], card["quality"], {}, folder)
+        assert written["flip_budget"] == 1.0 and written["flips"] == card["flips"]
+    finally:
+        b.s = settings
+
+
+def test_the_flips_command_counts_built_tiers_onto_their_cards(
+    built: dict[str, Any], model_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from tests.test_cli import zerolayer
+
+    root = tmp_path / "artifacts"
+    shutil.copytree(built["root"], root)
+    env = {
+        "ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent),
+        "ZEROLAYER_ARTIFACTS_DIR": str(root),
+    }
+    args = ["--tiers", "masked,dynamic", "--flip-prompts", "2", "--domains", "docs,zh"]
+    run = zerolayer("collapse", "flips", *args, "--out", str(tmp_path), env=env)
+    assert run.returncode == 0, run.stderr
+    assert "masked " in run.stdout and "dynamic " in run.stdout and "AUC" in run.stdout
+    report = json.loads((tmp_path / "flips.json").read_text())
+    for tier in ("masked", "dynamic"):
+        card = json.loads((root / "smollm2-135m" / tier / "tier_card.json").read_text())
+        assert card["flips"] == report[tier]
+        assert {d: v["prompts"] for d, v in card["flips"]["domains"].items()} == {
+            "docs": 2,
+            "zh": 2,
+        }
+        assert card["quality"] == built["cards"][tier]["quality"]  # the rest of the card kept
+    assert (tmp_path / "flips_roc.png").read_bytes()[:4] == b"\x89PNG"
+    missing = zerolayer("collapse", "flips", "--tiers", "turbo", env=env)
+    assert missing.returncode != 0 and "unknown tier kinds" in missing.stderr
 
 
 def _verified(built: dict[str, Any], model_dir: Path, kind: str, folder: Path | None = None):

@@ -85,12 +85,20 @@ def card_stamp(folder: Path | None) -> str | None:
 
 def served_card(folder: Path | None, tier: str, artifact: str) -> dict[str, Any]:
     """A served tier's card: what it serves and its measured quality change against dense
-    (folder None: the dense model, or an engine that loads no artifact)."""
+    (folder None: the dense model, or an engine that loads no artifact), its changed answers
+    without their ROC curves."""
     if folder is None:
-        card: dict[str, Any] = {"method": "dense", "quality": {"ppl_delta": 0.0, "kl": 0.0}}
+        card: dict[str, Any] = {
+            "method": "dense",
+            "quality": {"ppl_delta": 0.0, "kl": 0.0},
+            "flips": {"flips": 0.0, "kl": 0.0, "overall": 0.0, "worst_domain": None},
+        }
     else:
         card = read_card(folder)
     card.pop("tier", None)
+    signals = card.get("flips", {}).get("confidence", {}).get("signals", {})
+    for signal in signals.values():  # the ROC curves stay on disk: the AUC is what is served
+        signal.pop("curve", None)
     return {"tier": tier, "artifact": artifact, **card}
 
 

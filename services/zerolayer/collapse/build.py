@@ -34,16 +34,18 @@ from zerolayer.collapse.calibrate import calibrate
 from zerolayer.collapse.corpus import domain_windows, labelled_windows
 from zerolayer.collapse.domains import Corpora
 from zerolayer.collapse.draw import draw_html, draw_png
+from zerolayer.collapse.flips import FlipEvaluator, heldout_prompts, share_over
 from zerolayer.collapse.model import decoder_layers, load_model
 from zerolayer.collapse.progress import bar
 from zerolayer.collapse.reconstruct import gram_matrices, swapped, swapped_named
 from zerolayer.collapse.recover import distill
 from zerolayer.collapse.reference import live_reference
 from zerolayer.collapse.silence_map import SilenceMap
-from zerolayer.collapse.verify import BUDGET_OF
+from zerolayer.collapse.verify import BUDGET_OF, artifact_model
 from zerolayer.config import CollapseConfig
+from zerolayer.errors import ArtifactError
 
-__all__ = ["Builder", "Weights", "dynamic_applied"]
+__all__ = ["Builder", "Weights", "dynamic_applied", "eos_ids"]
 
 Weights = dict[int, torch.Tensor]
 
@@ -98,6 +100,7 @@ class Builder:
         self.cut_layers = list(range(self.layers - settings.dense_layers))
         self._map: SilenceMap | None = None
         self._grams: list[torch.Tensor] | None = None
+        self._flips: FlipEvaluator | None = None
 
     # shared measurements --------------------------------------------------------------------
     def silence_map(self) -> SilenceMap:
@@ -121,6 +124,31 @@ class Builder:
         q = smap.meta.get("quantile", self.s.quantile)
         thresholds = smap.stats["mlp"].thresholds(q).tolist()
         return live_reference(self.model_dir, kind, folder, thresholds, self.val_windows)
+
+    def flipper(self) -> FlipEvaluator:
+        """Changed answers against dense on held-out prompts per domain (collapse.flips)."""
+        if self._flips is None:
+            prompts = heldout_prompts(
+                self.tokenizer, self.evaluation, self.s.flip_prompts, self.s.seed
+            )
+            self._flips = FlipEvaluator(self.model, prompts, eos_ids(self.model, self.tokenizer))
+        return self._flips
+
+    def confirm(
+        self, tier: str, applied: AbstractContextManager[None]
+    ) -> tuple[dict[str, Any], bool]:
+        """A candidate cut's quality on the evaluation corpus, and whether it changes more
+        held-out answers than the tier's flip budget allows (False when it holds none); the
+        cut (entered once) covers both."""
+        budget = self.s.flip_budget(BUDGET_OF[tier])
+        if budget is None:
+            return self.evaluator.evaluate(applied, desc=f"{tier} on eval").as_dict(), False
+        self.evaluator.dense()  # the dense references first, outside the cut
+        self.flipper().dense()
+        with applied:
+            quality = self.evaluator.evaluate(desc=f"{tier} on eval").as_dict()
+            flips = self.flipper().evaluate(desc=f"{tier} flips")
+        return quality, share_over(flips, budget)
 
     def grams(self) -> list[torch.Tensor]:
         """Per layer, the Gram matrix of the MLP intermediate on the calibration windows."""
@@ -159,6 +187,19 @@ class Builder:
             },
         }
         card["live_reference"] = self.live_reference(tier, folder)
+        # changed answers, of the artifact loaded from its folder as the engines load it
+        model, cut = artifact_model(self.model_dir, folder, tier)
+        card["flips"] = self.flipper().evaluate(
+            cut, model, card["live_reference"], desc=f"{tier} flips"
+        )
+        card["flip_budget"] = budget = self.s.flip_budget(BUDGET_OF[tier])
+        if share_over(card["flips"], budget):
+            f = card["flips"]
+            raise ArtifactError(
+                f"tier {tier} changes {f['flips']:.0%} of the held-out answers on "
+                f"{f['worst_domain']}, over its flip budget of {budget:.0%}: raise "
+                f"flip_budgets.{BUDGET_OF[tier]} in models.yaml or lower its perplexity budget"
+            )
         card["bytes_on_disk"] = _bytes(folder)
         return write_card(folder, card)
 
@@ -183,8 +224,8 @@ class Builder:
                 sens, self.validator, target, cut, removed, self.s.search_tries, max_share
             )
             down, applied, distilled = recover(choice)
-            quality = self.evaluator.evaluate(applied, desc=f"{tier} on eval").as_dict()
-            if quality["ppl_delta"] <= budget:
+            quality, over = self.confirm(tier, applied)
+            if quality["ppl_delta"] <= budget and not over:
                 return choice, down, quality, distilled
             target *= 0.75
         # Nothing confirmed: no cut at all, which meets any budget. (A search at a zero
@@ -271,6 +312,14 @@ class Builder:
     def applied(self, art: Dynamic) -> AbstractContextManager[None]:
         """A dynamic artifact on the loaded model: its weights and its thresholds."""
         return dynamic_applied(self.model, art)
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The tokens that end an answer: the tokenizer's and the model's generation config's."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    found = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(found) if isinstance(found, list) else {found} if found is not None else set()
+    return ids
 
 
 @contextmanager

@@ -171,7 +171,7 @@ def _settings(args: argparse.Namespace, cfg: PlatformConfig) -> CollapseConfig:
     """build_settings from the flags this subcommand has, and the model it names."""
     if args.model is None:
         args.model = cfg.default_model
-    names = ("samples", "eval_samples", "seq_len", "seed", "quantile")
+    names = ("samples", "eval_samples", "seq_len", "seed", "quantile", "flip_prompts")
     return build_settings(cfg, args.model, **{n: getattr(args, n, None) for n in names})
 
 
@@ -195,9 +195,30 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     for tier, card in cards.items():
         print(
             f"{tier:9s} ppl {card['quality']['ppl_delta']:+.2%}  kl {card['quality']['kl']:.4f}  "
-            f"{out / tier}"
+            f"flips {card['flips']['flips']:.1%} ({card['flips']['worst_domain']})  {out / tier}"
         )
+    if settings.price_after_build and args.price and out == artifacts_dir(cfg, args.model):
+        _price_built(cfg, args.model, set(cards))
     return 0
+
+
+def _price_built(cfg: PlatformConfig, model: str, kinds: set[str]) -> None:
+    """Measure the cost of the served tiers these built kinds make, and of the dense tiers that
+    were never measured."""
+    from zerolayer.artifacts.cost import read_cost
+    from zerolayer.collapse.price import price_tiers
+
+    tiers = [
+        t
+        for t, tc in cfg.models[model].tiers.items()
+        if tc.engine != "fake"
+        and (
+            tc.build_tier() in kinds
+            or (tc.build_tier() is None and read_cost(cfg.artifact_root(model), t) is None)
+        )
+    ]
+    if tiers:
+        price_tiers(cfg, model, tiers)
 
 
 def _cmd_verify(args: argparse.Namespace, cfg: PlatformConfig) -> int:
@@ -228,6 +249,71 @@ def _cmd_verify(args: argparse.Namespace, cfg: PlatformConfig) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     return 0 if report["passed"] else 1
+
+
+def _cmd_flips(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    """Changed answers of built tiers against dense (collapse.flips), onto their cards."""
+    from zerolayer.artifacts import read_card, write_card
+    from zerolayer.collapse.build import eos_ids
+    from zerolayer.collapse.flips import FlipEvaluator, draw_roc, heldout_prompts
+    from zerolayer.collapse.verify import BUDGET_OF, artifact_model
+
+    s = _settings(args, cfg)
+    root = artifacts_dir(cfg, args.model)
+    tiers = [t for t in args.tiers.split(",") if t]
+    if unknown := sorted(set(tiers) - set(BUDGET_OF)):
+        raise SystemExit(f"unknown tier kinds {unknown}; known: {', '.join(BUDGET_OF)}")
+    built = [t for t in tiers if (root / t / "tier_card.json").exists()]
+    if not built:
+        raise SystemExit(f"no built artifact of {', '.join(tiers)} under {root}")
+    model, tok, model_dir = _load(cfg, args.model)
+    prompts = heldout_prompts(tok, _corpora(args, cfg).evaluation, s.flip_prompts, s.seed)
+    flipper = FlipEvaluator(model, prompts, eos_ids(model, tok), progress=True)
+    figures: dict[str, Any] = {}
+    for tier in built:
+        card = read_card(root / tier)
+        tier_model, cut = artifact_model(model_dir, root / tier, tier)
+        f = flipper.evaluate(cut, tier_model, card.get("live_reference"), desc=f"{tier} flips")
+        figures[tier] = f
+        budget = s.flip_budget(BUDGET_OF[tier])
+        conf = f["confidence"]
+        print(
+            f"{tier:9s} flips {f['flips']:6.1%} on {f['worst_domain']} (all domains "
+            f"{f['overall']:.1%}), kl {f['kl']:.4f}; confidence AUC "
+            + ", ".join(f"{k} {v['auc']}" for k, v in conf["signals"].items())
+        )
+        if args.write_cards:
+            card.pop("format_version", None)
+            write_card(root / tier, {**card, "flips": f, "flip_budget": budget})
+    png = draw_roc(figures, Path(args.out or root) / "flips_roc.png")
+    print(f"ROC curves: {png}")
+    if args.out:
+        (Path(args.out) / "flips.json").write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+def _cmd_price(args: argparse.Namespace, cfg: PlatformConfig) -> int:
+    """Each tier's throughput and cost per 1M tokens (collapse.price), into its cost file."""
+    from zerolayer.artifacts import is_built
+    from zerolayer.collapse.price import STREAMS, price_tiers
+
+    model = args.model = args.model or cfg.default_model
+    if model not in cfg.models:
+        raise SystemExit(f"collapse: unknown model {model!r}")
+    served = cfg.models[model].tiers
+    tiers = [t for t in (args.tiers or ",".join(served)).split(",") if t]
+    if unknown := [t for t in tiers if t not in served]:
+        raise SystemExit(f"collapse: {model} has no tier {', '.join(unknown)}")
+    ready = []
+    for tier in tiers:
+        folder = cfg.served_artifact_dir(model, tier)
+        if folder is not None and not is_built(folder):
+            print(f"price {model}:{tier}: its artifact is not built yet ({folder}); skipped")
+        else:
+            ready.append(tier)
+    streams = [int(s) for s in args.streams.split(",")] if args.streams else list(STREAMS)
+    price_tiers(cfg, model, ready, streams, args.tokens)
+    return 0 if ready else 1
 
 
 def _gate(args: argparse.Namespace, cfg: PlatformConfig, folder: Path) -> dict[str, Any]:
@@ -470,6 +556,12 @@ def add_parser(sub: Any, with_config: Any) -> None:
         "--traffic-prompts", type=int, default=256, help="most kept prompts used (a sample)"
     )
     bd.add_argument("--out", default=None, help="output folder (default <cache>/artifacts/MODEL)")
+    bd.add_argument(
+        "--no-price",
+        dest="price",
+        action="store_false",
+        help="do not measure the built tiers' cost afterwards (collapse price)",
+    )
     bd.set_defaults(func=with_config(_cmd_build))
 
     vf = col.add_parser(
@@ -494,6 +586,32 @@ def add_parser(sub: Any, with_config: Any) -> None:
     )
     vf.add_argument("--out", default=None, help="also write the JSON report here")
     vf.set_defaults(func=with_config(_cmd_verify))
+
+    fl = col.add_parser(
+        "flips", help="count the answers built tiers change against dense, onto their cards"
+    )
+    common(fl)
+    fl.add_argument("--tiers", default="masked,pruned,dynamic,sparse24", help="comma-separated")
+    fl.add_argument("--flip-prompts", type=int, default=None, help="prompts per domain")
+    fl.add_argument("--domains", default=None, help="standard domains, comma-separated")
+    fl.add_argument(
+        "--no-write-cards",
+        dest="write_cards",
+        action="store_false",
+        help="print and draw only (writing a served tier's card makes a running platform "
+        "reload that tier)",
+    )
+    fl.add_argument("--out", default=None, help="folder for flips.json and flips_roc.png")
+    fl.set_defaults(func=with_config(_cmd_flips), corpus=None)
+
+    pc = col.add_parser("price", help="measure each tier's throughput and its cost per 1M tokens")
+    pc.add_argument("--model", default=None, help="model name (default: the default model)")
+    pc.add_argument("--tiers", default=None, help="served tiers, comma-separated (default all)")
+    pc.add_argument(
+        "--streams", default=None, help="concurrent streams measured (default 1,2,4,8,16,32)"
+    )
+    pc.add_argument("--tokens", type=int, default=64, help="tokens each stream generates")
+    pc.set_defaults(func=with_config(_cmd_price))
 
     pr = col.add_parser(
         "promote",

@@ -148,6 +148,12 @@ class _Tier(Strict):
         gt=0,
         description="The canary's KL limit for this tier (None: monitoring.canary_kl_limit)",
     )
+    p99_itl_ms: float = Field(
+        default=250.0,
+        gt=0,
+        description="Latency objective: the p99 time between two tokens of a stream; "
+        "`zerolayer collapse price` prices the tier at the most streams that keep it",
+    )
 
     @model_validator(mode="after")
     def _engine_serves_artifact(self) -> _Tier:
@@ -284,6 +290,22 @@ class CollapseConfig(Strict):
         default_factory=lambda: {"masked": 0.03, "dynamic": 0.03, "sparse24": 0.10},
         description="Largest relative perplexity increase over dense, per tier",
     )
+    flip_prompts: int = Field(
+        default=50,
+        ge=1,
+        description="Held-out prompts per domain whose greedy answers the tier card compares "
+        "with the dense model's (flips)",
+    )
+    flip_budgets: dict[str, float] = Field(
+        default_factory=dict,
+        description="Largest share of held-out answers that may change against dense (their "
+        "first 32 greedy tokens), on the worst domain, per tier; a tier left out holds none",
+    )
+    price_after_build: bool = Field(
+        default=True,
+        description="`zerolayer collapse build` measures the cost of the tiers it built (and of "
+        "dense tiers never measured) with `zerolayer collapse price` when it is done",
+    )
     search_tries: int = Field(
         default=6, ge=1, description="Bisection steps of the allocation search per attempt"
     )
@@ -332,6 +354,10 @@ class CollapseConfig(Strict):
     def budget(self, tier: str) -> float:
         """The tier's budget: largest relative perplexity increase over dense."""
         return self.budgets[tier]
+
+    def flip_budget(self, tier: str) -> float | None:
+        """The tier's budget on changed answers (None: none held)."""
+        return self.flip_budgets.get(tier)
 
 
 class ModelConfig(Strict):

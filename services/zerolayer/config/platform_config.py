@@ -16,6 +16,7 @@ from zerolayer.config.services import (
     ConversationsConfig,
     FilesConfig,
     GatewayConfig,
+    HardwareConfig,
     IdempotencyConfig,
     KernelConfig,
     MonitoringConfig,
@@ -97,6 +98,10 @@ class PlatformConfig(Strict):
     )
     batches: BatchesConfig = Field(
         default_factory=BatchesConfig, description="The Batch API's workers"
+    )
+    hardware: HardwareConfig = Field(
+        default_factory=HardwareConfig,
+        description="Hardware classes and their replica-hour prices (measured costs)",
     )
     admin_key_file: str | None = Field(
         default=None, description="Where `zerolayer up` keeps the admin key; <cache>/admin-key"

@@ -3,13 +3,16 @@ torch engine's compiled kernels (serve/*.yaml)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from zerolayer.config.base import Strict
 
 __all__ = [
+    "HardwareClass",
+    "HardwareConfig",
     "RedisConfig",
     "RayConfig",
     "GatewayConfig",
@@ -419,3 +422,43 @@ class BatchesConfig(Strict):
     window_s: int = Field(
         default=86400, ge=60, description="The completion window ('24h'): a batch expires after it"
     )
+
+
+class HardwareClass(Strict):
+    """A kind of machine a tier's replicas run on, and what one replica of it costs."""
+
+    replica_hour_usd: Decimal = Field(
+        gt=0, description="What one replica costs per hour on this hardware, in USD"
+    )
+    description: str = Field(default="", description="What the class is")
+
+    @field_validator("replica_hour_usd", mode="before")
+    @classmethod
+    def _from_text(cls, value: object) -> object:
+        return Decimal(repr(value)) if isinstance(value, float) else value
+
+
+class HardwareConfig(Strict):
+    """The hardware classes and which one this platform's replicas run on: measured costs
+    (`zerolayer collapse price`) are in its replica-hour price."""
+
+    hardware_class: str = Field(
+        default="cpu-2", description="The class of the machines this platform serves on"
+    )
+    cpu_class: str = Field(
+        default="cpu-2",
+        description="The class of CPU-only machines: a cluster without GPUs serves on it",
+    )
+    classes: dict[str, HardwareClass] = Field(
+        default_factory=lambda: {"cpu-2": HardwareClass(replica_hour_usd=Decimal("0.10"))},
+        description="Replica-hour price per hardware class",
+    )
+
+    @model_validator(mode="after")
+    def _known_class(self) -> HardwareConfig:
+        for name in (self.hardware_class, self.cpu_class):
+            if name not in self.classes:
+                raise ValueError(
+                    f"hardware class {name!r} is not in classes ({', '.join(sorted(self.classes))})"
+                )
+        return self

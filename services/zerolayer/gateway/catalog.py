@@ -175,10 +175,29 @@ class Catalog:
                         **state_of(states, Target(name, tier)).public(),
                         "speed": _speed(measured.get(str(Target(name, tier)))),
                         "compute_removed": compute_removed(tier_cards.get(Target(name, tier))),
+                        "cost_per_1m_tokens": cost_per_1m(tier_cards.get(Target(name, tier))),
                         "tier_card": tier_cards.get(Target(name, tier)),
                     }
                 )
         return out
+
+
+def cost_per_1m(card: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What serving a million of the tier's tokens costs the platform, from its card's measured
+    cost: prompt and completion (USD, decimal text), the hardware class and when it was
+    measured (None while not measured)."""
+    cost = (card or {}).get("cost")
+    if not cost:
+        return None
+    per = cost.get("cost_per_1m_tokens") or {}
+    return {
+        "currency": "USD",
+        "prompt": per.get("prompt"),
+        "completion": per.get("completion"),
+        "hardware_class": cost.get("hardware_class"),
+        "measured": cost.get("measured"),
+        "stale": bool(cost.get("stale")),
+    }
 
 
 def compute_removed(card: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from zerolayer.artifacts import read_card
+from zerolayer.artifacts.card import card_stamp, served_card
 from zerolayer.artifacts.card import live_reference as card_live_reference
-from zerolayer.artifacts.card import served_card
+from zerolayer.artifacts.cost import served_cost
 from zerolayer.config import PlatformConfig
 from zerolayer.errors import ArtifactError
 
@@ -35,9 +36,13 @@ def require_artifact(cfg: PlatformConfig, model: str, tier: str) -> Path | None:
 
 
 def tier_card(cfg: PlatformConfig, model: str, tier: str) -> dict[str, Any]:
-    """The tier's card: what it serves and its measured quality change against dense."""
+    """The tier's card: what it serves, its measured quality change against dense, and what it
+    costs to serve where `zerolayer collapse price` measured it (`cost`)."""
     tc = cfg.models[model].tiers[tier]
-    return served_card(cfg.served_artifact_dir(model, tier), tier, tc.artifact)
+    folder = cfg.served_artifact_dir(model, tier)
+    card = served_card(folder, tier, tc.artifact)
+    cost = served_cost(cfg.artifact_root(model), tier, card_stamp(folder))
+    return {**card, "cost": cost} if cost else card
 
 
 def live_reference(cfg: PlatformConfig, model: str, card: dict[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def tier_resource(tier: str) -> str:
 
 def for_cluster(cfg: PlatformConfig, accelerator: Accelerator = "gpu") -> PlatformConfig:
     """The config with each tier's cluster scaling and resources in place of its local ones
-    (no GPUs on a CPU-only cluster)."""
+    (no GPUs on a CPU-only cluster, whose hardware class is the CPU class)."""
     if accelerator not in ACCELERATORS:
         raise ConfigError(f"accelerator must be one of {ACCELERATORS}, not {accelerator!r}")
     models = {}
@@ -71,7 +71,11 @@ def for_cluster(cfg: PlatformConfig, accelerator: Accelerator = "gpu") -> Platfo
                 update["short_requests"] = tc.short_requests.model_copy(update=scaling)
             tiers[tier] = tc.model_copy(update=update)
         models[name] = mc.model_copy(update={"tiers": tiers})
-    return cfg.model_copy(update={"models": models})
+    changes: dict[str, Any] = {"models": models}
+    if accelerator == "cpu":  # measured costs are in the CPU machines' replica-hour price
+        hw = cfg.hardware
+        changes["hardware"] = hw.model_copy(update={"hardware_class": hw.cpu_class})
+    return cfg.model_copy(update=changes)
 
 
 def _platform_deployments(cfg: PlatformConfig) -> list[dict[str, Any]]:

@@ -256,6 +256,19 @@ function qualityOf(m) {
   return q ? q.ppl_delta : null;
 }
 
+function flipsText(f) {
+  // the share of held-out answers whose first tokens differ from dense, on the worst domain
+  if (!f || f.flips === undefined) return "not measured";
+  return f.worst_domain ? `${pct(f.flips)} (worst: ${f.worst_domain})` : pct(f.flips);
+}
+
+function costText(c) {
+  // what serving a million output tokens costs, measured on a hardware class on a date
+  if (!c || !c.completion) return "not measured";
+  const day = c.measured ? c.measured.slice(0, 10) : "";
+  return `$${c.completion} on ${c.hardware_class}${day ? `, ${day}` : ""}${c.stale ? " (earlier artifact)" : ""}`;
+}
+
 function tierCard(m) {
   const card = m.tier_card || {};
   const serving = card.serving || {};
@@ -265,12 +278,14 @@ function tierCard(m) {
     ["Quality change", q.ppl_delta === undefined ? "–" : `${signed(q.ppl_delta)} perplexity`,
       q.ppl_delta > 0.0001 ? "worse" : q.ppl_delta < -0.0001 ? "better" : null],
     ["KL vs dense", q.kl === undefined ? "–" : q.kl.toFixed(4)],
+    ["Answers changed", flipsText(card.flips)],
     ["Compute removed", m.compute_removed ? pct(m.compute_removed.share) : "–"],
     ["Engine", `${m.engine}${serving.device ? ` on ${serving.device}` : ""}`],
     ["2:4 sparse cores", serving.hardware_sparsity ? "active" : "off"],
     ["CPU offload", serving.offload ? "on" : "off"],
     ["Build", m.status || "ready"],
     ["Speed", m.speed && m.speed.tokens_per_s ? `${m.speed.tokens_per_s.toFixed(1)} tokens/s` : "not measured yet"],
+    ["Cost / 1M out", costText(m.cost_per_1m_tokens)],
     ["Price / 1K in", price ? `$${price.prompt_per_1k}` : state.admin ? "per plan" : "not in your plan"],
     ["Price / 1K out", price ? `$${price.completion_per_1k}` : "–"],
     ["Context", `${m.context_length || m.max_model_len} tokens`],
