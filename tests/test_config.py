@@ -1,7 +1,7 @@
 from pathlib import Path
 
 import pytest
-from zerolayer.config import default_platform_dir, load_config
+from zerolayer.config import TierPrice, default_platform_dir, load_config
 from zerolayer.errors import ConfigError
 
 
@@ -68,6 +68,16 @@ PRICE = "{prompt_per_1k: 0.1, completion_per_1k: 0.2}"
             "    prices: {baseline: {prompt_per_1k: -1, completion_per_1k: 0}}",
             "plans.trial.prices.baseline.prompt_per_1k",
         ),
+        (
+            "tiers: [baseline]\n    default_tier: baseline\n    prices: {baseline: autoo}",
+            "plans.trial.prices.baseline: a price \\(\\{prompt_per_1k, completion_per_1k\\}\\) "
+            "or `auto`",
+        ),
+        (
+            "tiers: [baseline]\n    default_tier: baseline\n    prices: {baseline: auto}\n"
+            "    margin: 0",
+            "plans.trial.margin",
+        ),
     ],
 )
 def test_bad_plans_are_clear_errors(tmp_path: Path, plan: str, message: str) -> None:
@@ -82,7 +92,12 @@ def test_plans_carry_prices_limits_and_priorities(tmp_path: Path) -> None:
     cfg = load_config(env={"HOME": str(tmp_path)})
     assert set(cfg.plans) == {"free", "pro", "enterprise"}
     pro = cfg.plans["pro"]
-    assert pro.prices["baseline"].nanos(1000, 1000) == 400_000_000  # $0.10 + $0.30
+    baseline = pro.prices["baseline"]
+    assert isinstance(baseline, TierPrice)
+    assert baseline.nanos(10**6, 10**6) == 1_000_000_000  # $0.20 + $0.80 per 1M
+    # the collapsed tiers follow their measured cost (config.pricing)
+    assert [pro.prices[t] for t in ("masked", "dynamic", "sparse24")] == ["auto"] * 3
+    assert pro.margin > cfg.plans["enterprise"].margin > 1
     assert pro.limits.tokens_per_minute and pro.limits.monthly_budget_usd
     assert cfg.plans["enterprise"].priority > pro.priority > cfg.plans["free"].priority
     assert cfg.plans["enterprise"].limits.requests_per_minute is None  # no limit
@@ -119,12 +134,10 @@ def test_embedded_default_declares_every_tier_with_scaling(tmp_path: Path) -> No
     assert list(tiers) == ["baseline", "masked", "dynamic", "sparse24"]
     assert [t.engine for t in tiers.values()] == ["vllm", "vllm", "torch", "torch"]
     assert tiers["dynamic"].build_tier() == "dynamic"
-    # the dynamic tier is cheaper than baseline wherever both are sold, and free on free
+    # the dynamic tier is priced from its cost wherever baseline is sold too, and free on free
     for plan in cfg.plans.values():
         if "dynamic" in plan.tiers and "baseline" in plan.tiers:
-            assert (
-                plan.prices["dynamic"].completion_per_1k < plan.prices["baseline"].completion_per_1k
-            )
+            assert plan.prices["dynamic"] == "auto"
     assert "dynamic" in cfg.plans["free"].tiers
     assert tiers["masked"].build_tier() == "pruned"  # vLLM serves the masks' pruned checkpoint
     assert cfg.artifact_dir("smollm2-135m", "sparse24") == (

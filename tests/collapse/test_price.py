@@ -75,6 +75,7 @@ def test_hardware_classes_are_checked_and_a_cpu_cluster_uses_the_cpu_class(
         HardwareConfig(hardware_class="tpu")
     hw = base_config.hardware
     assert hw.hardware_class == "cpu-2" and hw.classes["cpu-2"].replica_hour_usd > 0
+    assert hw.classes["nvidia-h100"].gpu and not hw.classes["cpu-2"].gpu
     gpu = base_config.model_copy(
         update={"hardware": hw.model_copy(update={"hardware_class": "nvidia-h100"})}
     )
@@ -118,6 +119,15 @@ def test_a_torch_tier_is_measured_and_priced(
     card = tier_card(cfg, model, "dense")
     assert card["cost"]["cost_per_1m_tokens"] == out["cost_per_1m_tokens"]
     assert card["cost"]["stale"] is False and card["quality"]["ppl_delta"] == 0.0
+    # a GPU class measured where there is no GPU: refused, the file left as it was
+    import torch
+
+    if not torch.cuda.is_available():
+        hw = cfg.hardware.model_copy(update={"hardware_class": "nvidia-h100"})
+        on_gpu = cfg.model_copy(update={"hardware": hw})
+        with pytest.raises(RuntimeError, match="has no GPU"):
+            price_tiers(on_gpu, model, ["dense"], streams=[1], tokens=4)
+        assert json.loads(cost_file(cfg.artifact_root(model), "dense").read_text()) == out
 
 
 def test_models_list_each_tiers_measured_cost(base_config: PlatformConfig) -> None:

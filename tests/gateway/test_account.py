@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from zerolayer.config import PlatformConfig, usd_text
+from zerolayer.config import PlatformConfig, TierPrice, usd_text
 from zerolayer.gateway.limits import month_of
 
 from tests.gateway.conftest import SCRIPT, GatewayFactory, plan
@@ -52,7 +52,15 @@ def test_a_plan_without_budget_has_none_and_its_prices_are_listed(
     body = gw.client.get("/v1/account", headers=gw.auth).json()
     p = base_config.plans["free"]
     assert body["plan"]["tiers"] == p.tiers and body["plan"]["default_tier"] == p.default_tier
-    assert body["plan"]["prices"] == {t: p.prices[t].applied() for t in p.tiers}
+    listed = body["plan"]["prices"]
+    assert set(listed) == set(p.tiers)
+    for t in p.tiers:  # hand prices: per 1K as the plan states them, per 1M as people read them
+        price = p.prices[t]
+        assert isinstance(price, TierPrice)
+        assert {k: listed[t][k] for k in price.applied()} == price.applied()
+        assert Decimal(listed[t]["completion_per_1m"]) == price.completion_per_1k * 1000
+        assert Decimal(listed[t]["prompt_per_1m"]) == price.prompt_per_1k * 1000
+        assert listed[t]["basis"] == "hand"
 
 
 def test_wrong_keys_are_refused_and_only_the_admin_key_opens_admin_account(

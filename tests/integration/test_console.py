@@ -125,7 +125,7 @@ def test_models_show_every_tier_with_its_card_and_the_quality_charts(
         flips = m["tier_card"]["flips"]  # the tiny build's cards count changed answers too
         assert "Answers changed" in text and f"{flips['flips'] * 100:.1f}%" in text, text
         assert "curve" not in str(flips)  # the ROC curves stay on disk
-        assert f"${m['pricing']['completion_per_1k']}" in text
+        assert f"${m['pricing']['completion_per_1m']}" in text  # people read prices per 1M
         assert f"{m['context_length']} tokens" in text
         assert m["engine"] in text
     # one chart per measure, a point per tier that has one

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from zerolayer.artifacts.cost import read_cost, write_cost
 from zerolayer.collapse import missing_kinds
 from zerolayer.collapse.worker import units
 from zerolayer.config import PlatformConfig, RedisConfig
@@ -106,13 +107,26 @@ def test_worker_killed_half_way_leaves_no_card_then_builds_once_and_is_reused(
             break
     assert proc.wait(60) == -signal.SIGKILL
     assert missing_kinds(cfg, MODEL) == ["sparse24"]
-    # built to the end by the next worker
+    # built to the end by the next worker, which measures the tier's cost before it says done
+    # (the dense tier's cost is on file already: it is not measured again)
+    write_cost(root / MODEL, "baseline", {"cost_per_1m_tokens": {"completion": "1"}})
+    priced = {"price_after_build": True, "price_streams": [1, 2], "price_tokens": 8}
+    model_cfg = cfg.models[MODEL]
+    collapse = model_cfg.collapse.model_copy(update=priced)
+    cfg = cfg.model_copy(
+        update={"models": {MODEL: model_cfg.model_copy(update={"collapse": collapse})}}
+    )
     proc = _worker(cfg, "sparse24")
     assert proc.stdout is not None
     events = [json.loads(line) for line in proc.stdout]
     assert proc.wait(60) == 0
     assert events[-1]["event"] == "done" and events[-1]["kind"] == "sparse24"
     assert {e["event"] for e in events[:-1]} == {"step"}
+    assert events[-2]["step"] == "measuring the cost of sparse24"
+    cost = read_cost(root / MODEL, "sparse24")
+    assert cost is not None and set(cost["streams"]) == {"1", "2"}
+    assert "background build" in cost["measured_by"] and cost["tokens"] == 8
+    assert read_cost(root / MODEL, "baseline") == {"cost_per_1m_tokens": {"completion": "1"}}
     assert all(e["progress"] is None or 0 <= e["progress"] <= 1 for e in events[:-1])
     assert events[-1]["ppl_delta"] == pytest.approx(
         json.loads((folder / "tier_card.json").read_text())["quality"]["ppl_delta"]
@@ -120,6 +134,7 @@ def test_worker_killed_half_way_leaves_no_card_then_builds_once_and_is_reused(
     assert missing_kinds(cfg, MODEL) == []
     card = tier_card(cfg, MODEL, "sparse24")
     assert card["artifact"] == "sparse24" and card["quality"]["ppl_delta"] <= 0.10
+    assert card["cost"]["stale"] is False  # measured on the artifact it serves
 
 
 @pytest.mark.integration  # the compiler's artifacts (tiny_build)

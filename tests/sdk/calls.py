@@ -121,6 +121,11 @@ def zerolayer_only(
     assert rs.get_final_response().output_text == said
     listed = {m.id: m for m in client.models.list().data}[model]
     assert isinstance(listed.pricing, zl.types.Pricing) and listed.pricing.completion_per_1k
+    assert listed.pricing.completion_per_1m and listed.pricing.basis in (
+        "hand",
+        "auto",
+        "unmeasured",
+    )
     assert listed.context_length and listed.max_output_tokens == listed.context_length - 1
     assert "temperature" in (listed.supported_parameters or [])
 
@@ -165,6 +170,7 @@ def zerolayer_only(
     account = customer.account.retrieve()
     assert account.key.key_id == key.key_id and account.plan.name == "pro" == account.key.plan
     assert set(account.plan.prices) == set(account.plan.tiers) and account.month == month
+    assert account.plan.margin and account.plan.margin > 1  # what auto prices add to cost
     assert account.spent_usd > 0
     logged = list(customer.requests.list())
     assert [e.key_id for e in logged] == [key.key_id] and logged[0].cost_usd == mine.totals.cost_usd

@@ -11,6 +11,7 @@ from typing import IO
 
 from zerolayer.collapse import missing_kinds
 from zerolayer.config import PlatformConfig
+from zerolayer.config.pricing import Prices
 from zerolayer.models.importer import ensure_model, is_imported
 from zerolayer.serve.builds import Builds
 from zerolayer.store.tiers import TierState
@@ -44,13 +45,21 @@ def prepare(cfg: PlatformConfig, out: IO[str] = sys.stderr) -> int:
         else:
             say(f"model {name}: every tier artifact is there")
     if not todo:
-        return 0
+        return 0 if _priced(cfg, say) else 1
     board = _Board()
     Builds(cfg, board, lambda _m, _t: None, say).run(todo)
     failed = {t: s.reason for t, s in board.states.items() if s.status == "failed"}
     for tier, reason in failed.items():
         say(f"tier {tier}: its artifact failed to build: {reason}")
-    return 1 if failed else 0
+    return 1 if failed or not _priced(cfg, say) else 0
+
+
+def _priced(cfg: PlatformConfig, say: Callable[[str], None]) -> bool:
+    """False (each said) when a plan sells a tier under its measured cost (config.pricing)."""
+    problems = Prices(cfg).below_cost()
+    for problem in problems:
+        say(f"price: {problem}")
+    return not problems
 
 
 def missing(cfg: PlatformConfig) -> list[str]:

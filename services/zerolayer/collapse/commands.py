@@ -205,20 +205,19 @@ def _cmd_build(args: argparse.Namespace, cfg: PlatformConfig) -> int:
 def _price_built(cfg: PlatformConfig, model: str, kinds: set[str]) -> None:
     """Measure the cost of the served tiers these built kinds make, and of the dense tiers that
     were never measured."""
-    from zerolayer.artifacts.cost import read_cost
-    from zerolayer.collapse.price import price_tiers
+    from zerolayer.collapse.price import price_tiers, tiers_to_price
 
-    tiers = [
-        t
-        for t, tc in cfg.models[model].tiers.items()
-        if tc.engine != "fake"
-        and (
-            tc.build_tier() in kinds
-            or (tc.build_tier() is None and read_cost(cfg.artifact_root(model), t) is None)
-        )
-    ]
+    tiers = tiers_to_price(cfg, model, kinds)
+    s = cfg.models[model].collapse
     if tiers:
-        price_tiers(cfg, model, tiers)
+        price_tiers(
+            cfg,
+            model,
+            tiers,
+            s.price_streams,
+            s.price_tokens,
+            measured_by="zerolayer collapse build",
+        )
 
 
 def _cmd_verify(args: argparse.Namespace, cfg: PlatformConfig) -> int:

@@ -37,6 +37,7 @@ __all__ = [
     "at_objective",
     "measure_tier",
     "price_tiers",
+    "tiers_to_price",
 ]
 
 STREAMS = (1, 2, 4, 8, 16, 32)
@@ -117,7 +118,13 @@ async def _measure(engine: Any, tokenizer: Any, streams: list[int], tokens: int)
         prefill = sum(len(p) for p in long) / (time.perf_counter() - t0)
     finally:
         await engine.shutdown()
-    return {"streams": rows, "prefill_tokens_per_s": round(prefill, 3)}
+    import torch
+
+    return {
+        "streams": rows,
+        "prefill_tokens_per_s": round(prefill, 3),
+        "gpu": bool(torch.cuda.is_available()),
+    }
 
 
 def _worker(spec: dict[str, Any]) -> None:
@@ -174,6 +181,23 @@ def measure_tier(
     raise RuntimeError(f"measuring {model}:{tier} failed ({run.returncode}): {run.stderr[-2000:]}")
 
 
+def tiers_to_price(cfg: Any, model: str, kinds: set[str], dense: bool = True) -> list[str]:
+    """The served tiers a build of these artifact kinds makes (their cost is measured again),
+    and with `dense` the dense tiers whose cost was never measured."""
+    from zerolayer.artifacts.cost import read_cost
+
+    root = cfg.artifact_root(model)
+    return [
+        t
+        for t, tc in cfg.models[model].tiers.items()
+        if tc.engine != "fake"
+        and (
+            tc.build_tier() in kinds
+            or (dense and tc.build_tier() is None and read_cost(root, t) is None)
+        )
+    ]
+
+
 def price_tiers(
     cfg: Any,
     model: str,
@@ -181,8 +205,10 @@ def price_tiers(
     streams: list[int] | None = None,
     tokens: int = 64,
     progress: Any = print,
+    measured_by: str = "zerolayer collapse price",
 ) -> dict[str, dict[str, Any]]:
-    """Measure each tier and write its cost file; the figures per tier."""
+    """Measure each tier and write its cost file; the figures per tier. `measured_by` says how
+    (a background build measures at its lower CPU priority, on a machine that serves)."""
     from zerolayer.artifacts import card_stamp
     from zerolayer.artifacts.cost import write_cost
 
@@ -195,6 +221,13 @@ def price_tiers(
         tc = cfg.models[model].tiers[tier]
         progress(f"price {model}:{tier}: measuring {tc.engine} at {streams} streams")
         got = measure_tier(cfg, model, tier, streams, tokens)
+        if bool(got.get("gpu")) != cls.gpu:
+            raise RuntimeError(
+                f"price {model}:{tier}: the hardware class {hw.hardware_class} is "
+                f"{'a GPU' if cls.gpu else 'CPU-only'}, but this machine "
+                f"{'has' if got.get('gpu') else 'has no'} GPU: its figures would not be that "
+                "class's (measure where the tier's replicas run)"
+            )
         rows = {int(s): r for s, r in got["streams"].items()}
         best, met = at_objective(rows, tc.p99_itl_ms)
         tps = rows[best]["tokens_per_s"]
@@ -206,6 +239,7 @@ def price_tiers(
             "hardware_class": hw.hardware_class,
             "replica_hour_usd": str(cls.replica_hour_usd),
             "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "measured_by": measured_by,
             "tokens": tokens,
             "tokens_per_s": {
                 "1": rows[min(rows)]["tokens_per_s"],

@@ -8,6 +8,8 @@ one JSON line per event (everything else it prints goes to stderr):
 
 A kind's card is written last (artifacts.card), and any card left in its folder is removed
 before it builds: a worker killed half way leaves a folder that no start takes as finished.
+With the model's `price_after_build`, the cost of the tiers a kind makes is measured
+(collapse.price) before its "done", and that of dense tiers never measured after the last kind.
 
   python -m zerolayer.collapse.worker MODEL KIND [KIND...] < platform-config.json
 """
@@ -102,10 +104,40 @@ def main(argv: list[str] | None = None) -> int:
                 events.kind = kind
                 events.emit("failed", reason=f"{type(exc).__name__}: {exc}")
             continue
+        # the cost of the tiers it makes, before they serve (their replicas start on "done")
+        _price(cfg, args.model, set(unit), args.nice, events.step)
         for kind in unit:
             events.kind = kind
             events.emit("done", ppl_delta=cards[kind]["quality"]["ppl_delta"])
+    # the dense tiers never measured: no step event (its kind would read as building again)
+    _price(cfg, args.model, set(), args.nice, None)
     return 1 if failed else 0
+
+
+def _price(cfg: PlatformConfig, model: str, kinds: set[str], nice: int, step: Any | None) -> None:
+    """Measure the cost of the tiers these kinds make (with no kinds: of the dense tiers never
+    measured), when the model's settings ask for it, saying each as a step when `step` is given;
+    a failure is logged, not fatal: the tier serves without a measured cost."""
+    from zerolayer.collapse.price import price_tiers, tiers_to_price
+
+    if not cfg.models[model].collapse.price_after_build:
+        return
+    for tier in tiers_to_price(cfg, model, kinds, dense=not kinds):
+        if step is not None:
+            step(f"measuring the cost of {tier}")
+        try:
+            settings = cfg.models[model].collapse
+            price_tiers(
+                cfg,
+                model,
+                [tier],
+                settings.price_streams,
+                settings.price_tokens,
+                progress=lambda line: print(line, file=sys.stderr),
+                measured_by=f"zerolayer up's background build (nice {nice}, while serving)",
+            )
+        except Exception:
+            traceback.print_exc()
 
 
 def _builder(cfg: PlatformConfig, model: str, events: _Events, first: str) -> Any:

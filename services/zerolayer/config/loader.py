@@ -86,8 +86,17 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _format_validation(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
+        loc = [str(p) for p in err["loc"]]
+        msg = err["msg"]
+        if "TierPrice" in loc or any(p.startswith("literal[") for p in loc):
+            # a plan's price is a TierPrice or `auto`: say that once, at the price's own place
+            if any(p.startswith("literal[") for p in loc):
+                continue
+            if err["type"] == "model_type":
+                msg = "a price ({prompt_per_1k, completion_per_1k}) or `auto`"
+            loc = [p for p in loc if p != "TierPrice"]
+        where = ".".join(loc) or "(top level)"
+        lines.append(f"  {where}: {msg}")
     return "invalid platform config:\n" + "\n".join(lines)
 
 

@@ -306,6 +306,14 @@ class CollapseConfig(Strict):
         description="`zerolayer collapse build` measures the cost of the tiers it built (and of "
         "dense tiers never measured) with `zerolayer collapse price` when it is done",
     )
+    price_streams: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8, 16, 32],
+        min_length=1,
+        description="Concurrent streams at which a build measures a tier's throughput",
+    )
+    price_tokens: int = Field(
+        default=64, ge=1, description="Tokens each stream generates when a build measures cost"
+    )
     search_tries: int = Field(
         default=6, ge=1, description="Bisection steps of the allocation search per attempt"
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from zerolayer.config.base import Strict
 
 __all__ = [
+    "AUTO",
     "NANOS_PER_USD",
     "TierPrice",
     "PlanLimits",
@@ -20,6 +22,7 @@ __all__ = [
 
 
 NANOS_PER_USD = 10**9  # money is counted in integer nano-dollars everywhere
+AUTO = "auto"  # a tier priced from its measured cost (config.pricing)
 _PER_TOKEN = Decimal(NANOS_PER_USD) / 1000  # nanos per token for a price of 1 USD per 1K
 _NANO_PER_1K = 1 / _PER_TOKEN  # a price of one nano-dollar per token, in USD per 1K
 
@@ -177,8 +180,20 @@ class PlanConfig(Strict):
     description: str = Field(default="", description="What the plan is for")
     tiers: list[str] = Field(min_length=1, description="Tiers this plan's keys may call")
     default_tier: str = Field(description="Tier a bare model id resolves to")
-    prices: dict[str, TierPrice] = Field(
-        default_factory=dict, description="Price per tier; every tier of the plan needs one"
+    prices: dict[str, TierPrice | Literal["auto"]] = Field(
+        default_factory=dict,
+        description="Price per tier; every tier of the plan needs one: USD per 1K tokens, or "
+        "`auto` (the tier's measured cost x margin)",
+    )
+    margin: Decimal = Field(
+        default=Decimal("3"),
+        gt=0,
+        description="An `auto` price is the tier's measured cost per 1M tokens times this, "
+        "rounded up to a cent",
+    )
+    below_cost: bool = Field(
+        default=False,
+        description="Allow hand prices under the tiers' measured cost (else refused at start)",
     )
     limits: PlanLimits = Field(default_factory=PlanLimits, description="Per-key limits")
     batch_price_share: Decimal = Field(
@@ -198,6 +213,11 @@ class PlanConfig(Strict):
         description="Keep a sample of this plan's prompts for recalibration (a key's own "
         "setting wins); off unless the plan's customers agreed to it",
     )
+
+    @field_validator("margin", mode="before")
+    @classmethod
+    def _margin_text(cls, value: object) -> object:
+        return Decimal(repr(value)) if isinstance(value, float) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanConfig:

@@ -431,6 +431,10 @@ class HardwareClass(Strict):
         gt=0, description="What one replica costs per hour on this hardware, in USD"
     )
     description: str = Field(default="", description="What the class is")
+    gpu: bool = Field(
+        default=False,
+        description="Its replicas run on a GPU: a cost is measured for it only where one is",
+    )
 
     @field_validator("replica_hour_usd", mode="before")
     @classmethod

@@ -43,7 +43,7 @@ def create_app(parts: GatewayParts) -> FastAPI:
     """The gateway's FastAPI app."""
     cfg = parts.config
     catalog = Catalog(cfg)
-    meter = Meter(parts.limiter, parts.metrics, cfg)
+    meter = Meter(parts.limiter, parts.metrics, cfg, catalog.prices)
     pipeline = Pipeline(parts.backend, cfg, catalog, meter, parts.tiers, parts.traffic)
 
     @contextlib.asynccontextmanager

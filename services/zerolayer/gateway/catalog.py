@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zerolayer.config import PlanConfig, PlatformConfig, TierPrice
+from zerolayer.config import PlatformConfig
+from zerolayer.config.pricing import Prices, Quote, per_1m
 from zerolayer.errors import (
     APIError,
     ModelNotFound,
@@ -48,26 +49,33 @@ SUPPORTED_PARAMETERS = [
 ]
 
 
-def pricing(price: TierPrice) -> dict[str, str]:
-    """A tier's prices for a plan as aggregators ask for them: USD per token (decimal text),
-    and per 1K tokens as the plan states them."""
-    per_token = {
+def pricing(quote: Quote) -> dict[str, Any]:
+    """A tier's prices for a plan as aggregators ask for them: USD per token (decimal text), per
+    1K tokens as the API has always stated them, per 1M tokens as people read them, and where
+    the price comes from (`basis`: hand, auto = measured cost x the plan's margin, unmeasured =
+    auto but not measured yet, priced as `priced_as`)."""
+    price = quote.price
+    per_1k = {
         "prompt": price.prompt_per_1k,
         "cached_prompt": price.cached,
         "completion": price.completion_per_1k,
     }
     return {
         "currency": "USD",
-        **{k: format(v / 1000, "f") for k, v in per_token.items()},
+        **{k: format(v / 1000, "f") for k, v in per_1k.items()},
         **price.applied(),
+        **{f"{k}_per_1m": per_1m(v) for k, v in per_1k.items()},
+        "basis": quote.basis,
+        **({"priced_as": quote.like} if quote.like else {}),
     }
 
 
 class Catalog:
     """What is served, and which served tier a request's model id names for a plan."""
 
-    def __init__(self, config: PlatformConfig):
+    def __init__(self, config: PlatformConfig, prices: Prices | None = None):
         self.config = config
+        self.prices = prices or Prices(config)
 
     def served(self) -> list[Target]:
         """Every served tier."""
@@ -105,7 +113,7 @@ class Catalog:
         if state.ready:
             return target
         if not named:
-            for other in _no_dearer(plan_cfg, tier):
+            for other in _no_dearer(self.prices, plan, name, tier):
                 candidate = Target(name, other)
                 if state_of(states, candidate).ready:
                     return candidate
@@ -133,14 +141,15 @@ class Catalog:
         plan_cfg = self.config.plans.get(plan) if plan else None
         out = []
 
-        def listing(model: Any, tier: str | None) -> dict[str, Any]:
+        def listing(model_name: str, model: Any, tier: str | None) -> dict[str, Any]:
             if plan_cfg is None:
                 return {}
             tier = tier or plan_cfg.default_tier
-            price = plan_cfg.prices.get(tier) if tier in plan_cfg.tiers else None
+            assert plan is not None
+            quote = self.prices.quote(plan, model_name, tier)
             return {
-                "in_plan": price is not None,
-                "pricing": pricing(price) if price else None,
+                "in_plan": tier in plan_cfg.tiers,
+                "pricing": pricing(quote) if quote else None,
                 "context_length": model.max_model_len,
                 # a prompt takes at least one token of the context
                 "max_output_tokens": model.max_model_len - 1,
@@ -156,7 +165,7 @@ class Catalog:
                     "owned_by": "zerolayer",
                     "description": model.description,
                     "max_model_len": model.max_model_len,
-                    **listing(model, None),
+                    **listing(name, model, None),
                 }
             )
             for tier, tc in model.tiers.items():
@@ -171,7 +180,7 @@ class Catalog:
                         "engine": tc.engine,
                         "artifact": tc.artifact,
                         "max_model_len": model.max_model_len,
-                        **listing(model, tier),
+                        **listing(name, model, tier),
                         **state_of(states, Target(name, tier)).public(),
                         "speed": _speed(measured.get(str(Target(name, tier)))),
                         "compute_removed": compute_removed(tier_cards.get(Target(name, tier))),
@@ -232,16 +241,22 @@ def _speed(stats: Mapping[str, float | None] | None) -> dict[str, Any]:
     }
 
 
-def _no_dearer(plan: PlanConfig, default: str) -> list[str]:
-    """The plan's other tiers, in its order, that cost no more than its default tier."""
-    base = plan.prices[default]
-    return [
-        t
-        for t in plan.tiers
-        if t != default
-        and plan.prices[t].prompt_per_1k <= base.prompt_per_1k
-        and plan.prices[t].completion_per_1k <= base.completion_per_1k
-    ]
+def _no_dearer(prices: Prices, plan: str, model: str, default: str) -> list[str]:
+    """The plan's other tiers, in its order, that cost no more than its default tier now (none
+    while the default has no price)."""
+    base = prices.price(plan, model, default)
+    if base is None:
+        return []
+    out = []
+    for t in prices.cfg.plans[plan].tiers:
+        p = prices.price(plan, model, t) if t != default else None
+        if (
+            p
+            and p.prompt_per_1k <= base.prompt_per_1k
+            and p.completion_per_1k <= base.completion_per_1k
+        ):
+            out.append(t)
+    return out
 
 
 def not_ready(target: Target, state: TierState) -> APIError:

@@ -19,7 +19,15 @@ from redis.exceptions import RedisError
 
 from zerolayer.billing.events import UsageEvent, day_of
 from zerolayer.config import PlatformConfig, TierPrice
-from zerolayer.errors import APIError, ClientGone, Overloaded, RateLimited, ShuttingDown
+from zerolayer.config.pricing import Prices
+from zerolayer.errors import (
+    APIError,
+    ClientGone,
+    Overloaded,
+    RateLimited,
+    ShuttingDown,
+    TierUnavailable,
+)
 from zerolayer.gateway.limits import Limiter, Reservation, rate_headers, retried
 from zerolayer.gateway.metrics import Metrics
 from zerolayer.gateway.revocation import RevocationWatch
@@ -79,10 +87,17 @@ class Call:
 class Meter:
     """Limits, leases, settlement and usage events of one gateway replica's requests."""
 
-    def __init__(self, limiter: Limiter, metrics: Metrics, config: PlatformConfig):
+    def __init__(
+        self,
+        limiter: Limiter,
+        metrics: Metrics,
+        config: PlatformConfig,
+        prices: Prices | None = None,
+    ):
         self.limiter = limiter
         self.metrics = metrics
         self.config = config
+        self.prices = prices or Prices(config)
         self.inflight: dict[str, Reservation] = {}  # request id -> its place in the limits
         self._background: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -128,9 +143,17 @@ class Meter:
             raise
 
     def price(self, call: Call) -> TierPrice:
-        """What the call's tokens cost: its plan's price for its tier (a batch's share of it)."""
+        """What the call's tokens cost: its plan's price for its tier now (config.pricing; a
+        batch's share of it); a 503 when the tier has no price yet."""
         plan = self.config.plans[call.record.plan]
-        price = plan.prices[call.target.tier]
+        t = call.target
+        price = self.prices.price(call.record.plan, t.model, t.tier)
+        if price is None:
+            raise TierUnavailable(
+                f"{t} has no price yet: its cost is not measured and no other tier of plan "
+                f"{call.record.plan!r} has a price to sell it at",
+                60.0,
+            )
         return price.batched(plan.batch_price_share) if call.batch else price
 
     async def priced(self, call: Call, prompt: int, completion: int, extra: int = 0) -> None:

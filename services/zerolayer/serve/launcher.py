@@ -23,6 +23,7 @@ import redis
 from zerolayer.artifacts import card_stamp
 from zerolayer.collapse import missing_kinds, tiers_of_kind
 from zerolayer.config import PlatformConfig, RayConfig
+from zerolayer.config.pricing import Prices
 from zerolayer.errors import ArtifactError
 from zerolayer.models.importer import ensure_model
 from zerolayer.ray_private import (
@@ -329,6 +330,8 @@ class Platform:
         from zerolayer.serve.app import APP_NAME, build_app
 
         private_dir(Path(self.cfg.cache_dir))  # it holds the keys: this user's alone
+        # a hand price under its tier's measured cost, before anything starts (config.pricing)
+        Prices(self.cfg).refuse_below_cost()
         todo: dict[str, list[str]] = {}  # model -> artifact kinds to build in the background
         ready: list[tuple[str, str]] = []  # (model, tier) deployed now
         for name in self.cfg.models:

@@ -64,6 +64,7 @@ from .invoices import (
     InvoiceSummary,
 )
 from .models import (
+    Cost,
     Model,
     Pricing,
     TierCard,
@@ -135,6 +136,7 @@ __all__ = [
     "ConversationItemList",
     "TierCard",
     "Model",
+    "Cost",
     "Pricing",
     "UsageTotals",
     "UsageRow",

@@ -19,11 +19,16 @@ __all__ = [
 
 
 class PlanPrices(BaseModel):
-    """A tier's prices under a plan, USD per 1K tokens as decimal text."""
+    """A tier's prices under a plan now, USD per 1K and per 1M tokens; `basis`: "hand", "auto"
+    (measured cost x the plan's margin) or "unmeasured"."""
 
     prompt_per_1k: Decimal
     cached_prompt_per_1k: Decimal
     completion_per_1k: Decimal
+    prompt_per_1m: Decimal | None = None
+    cached_prompt_per_1m: Decimal | None = None
+    completion_per_1m: Decimal | None = None
+    basis: str | None = None
 
 
 class PlanLimits(BaseModel):
@@ -42,7 +47,8 @@ class Plan(BaseModel):
     description: str = ""
     tiers: list[str] = []
     default_tier: str = ""
-    prices: dict[str, PlanPrices] = {}
+    margin: Decimal | None = None  # what `auto` prices are, times the measured cost
+    prices: dict[str, PlanPrices | None] = {}  # None: a tier not priced yet
     limits: PlanLimits = PlanLimits()
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from .._models import BaseModel
 
-__all__ = ["TierCard", "Pricing", "Model"]
+__all__ = ["TierCard", "Pricing", "Cost", "Model"]
 
 
 class TierCard(BaseModel):
@@ -21,11 +21,15 @@ class TierCard(BaseModel):
     quality: dict[str, Any] | None = None
     budget_ppl_delta: float | None = None
     monitoring: dict[str, Any] | None = None
+    flips: dict[str, Any] | None = None  # answers changed against dense, per domain
+    cost: dict[str, Any] | None = None  # measured cost of serving it (collapse price)
 
 
 class Pricing(BaseModel):
     """A tier's prices for the caller's plan, in USD as decimal text: per token (`prompt`,
-    `cached_prompt`, `completion`) and per 1K tokens (`prompt_per_1k`, ...)."""
+    `cached_prompt`, `completion`), per 1K tokens (`prompt_per_1k`, ...) and per 1M
+    (`prompt_per_1m`, ...); `basis`: "hand", "auto" (the tier's measured cost x the plan's
+    margin) or "unmeasured" (auto, not measured yet: priced as `priced_as`)."""
 
     currency: str = "USD"
     prompt: str | None = None
@@ -34,6 +38,23 @@ class Pricing(BaseModel):
     prompt_per_1k: str | None = None
     cached_prompt_per_1k: str | None = None
     completion_per_1k: str | None = None
+    prompt_per_1m: str | None = None
+    cached_prompt_per_1m: str | None = None
+    completion_per_1m: str | None = None
+    basis: str | None = None
+    priced_as: str | None = None
+
+
+class Cost(BaseModel):
+    """What serving a million of a tier's tokens costs the platform (USD as decimal text),
+    measured on `hardware_class` at `measured`; `stale` when measured on an earlier artifact."""
+
+    currency: str = "USD"
+    prompt: str | None = None
+    completion: str | None = None
+    hardware_class: str | None = None
+    measured: str | None = None
+    stale: bool = False
 
 
 class Model(BaseModel):
@@ -58,6 +79,7 @@ class Model(BaseModel):
     tier_card: TierCard | None = None
     in_plan: bool | None = None
     pricing: Pricing | None = None  # None for a tier outside the caller's plan
+    cost_per_1m_tokens: Cost | None = None  # None while not measured
     context_length: int | None = None
     max_output_tokens: int | None = None
     supported_parameters: list[str] | None = None

@@ -262,6 +262,13 @@ function flipsText(f) {
   return f.worst_domain ? `${pct(f.flips)} (worst: ${f.worst_domain})` : pct(f.flips);
 }
 
+function priceBasis(p) {
+  // where a price comes from: the tier's measured cost (auto), or not measured yet
+  if (p.basis === "auto") return " (cost-based)";
+  if (p.basis === "unmeasured") return ` (as ${p.priced_as} until measured)`;
+  return "";
+}
+
 function costText(c) {
   // what serving a million output tokens costs, measured on a hardware class on a date
   if (!c || !c.completion) return "not measured";
@@ -286,8 +293,8 @@ function tierCard(m) {
     ["Build", m.status || "ready"],
     ["Speed", m.speed && m.speed.tokens_per_s ? `${m.speed.tokens_per_s.toFixed(1)} tokens/s` : "not measured yet"],
     ["Cost / 1M out", costText(m.cost_per_1m_tokens)],
-    ["Price / 1K in", price ? `$${price.prompt_per_1k}` : state.admin ? "per plan" : "not in your plan"],
-    ["Price / 1K out", price ? `$${price.completion_per_1k}` : "–"],
+    ["Price / 1M in", price ? `$${price.prompt_per_1m}` : state.admin ? "per plan" : "not in your plan"],
+    ["Price / 1M out", price ? `$${price.completion_per_1m}${priceBasis(price)}` : "–"],
     ["Context", `${m.context_length || m.max_model_len} tokens`],
   ];
   const what = m.compute_removed ? m.compute_removed.of : "";
@@ -329,9 +336,9 @@ function qualityCharts(model, tiers) {
   const priced = withQ.filter(({ m }) => m.pricing);
   if (priced.length) {
     charts.push(el("figure", {}, el("figcaption", {}, "Quality change against price"),
-      scatter({ title: `${model}: perplexity change against the price of 1K output tokens`,
-        points: priced.map(({ m, i }) => ({ x: Number(m.pricing.completion_per_1k), y: qualityOf(m), label: m.tier, colour: colour(i) })),
-        xLabel: "USD per 1K output tokens (your plan)", yLabel: "perplexity change",
+      scatter({ title: `${model}: perplexity change against the price of 1M output tokens`,
+        points: priced.map(({ m, i }) => ({ x: Number(m.pricing.completion_per_1m), y: qualityOf(m), label: m.tier, colour: colour(i) })),
+        xLabel: "USD per 1M output tokens (your plan)", yLabel: "perplexity change",
         xFormat: (v) => `$${v.toFixed(4)}`, yFormat: fmtQ })));
   }
   if (!charts.length) return el("p", { class: "note" }, "No tier has a measured card yet.");

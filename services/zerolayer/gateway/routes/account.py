@@ -5,29 +5,43 @@ operator from a customer)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from fastapi import APIRouter
 
 from zerolayer.config import PlanConfig, usd_text
+from zerolayer.config.pricing import Prices, per_1m
 from zerolayer.errors import PermissionDenied
 from zerolayer.gateway.bodies import BodyRoute
-from zerolayer.gateway.deps import CurrentKey, Parts
+from zerolayer.gateway.deps import CatalogDep, CurrentKey, Parts
 from zerolayer.gateway.limits import month_of
 from zerolayer.gateway.replies import Account, json_reply
 
 __all__ = ["plan_view", "router"]
 
 
-def plan_view(name: str, plan: PlanConfig) -> dict[str, Any]:
-    """A plan as its keys see it: tiers, default, prices per 1K tokens, limits (null: none)."""
+def plan_view(name: str, plan: PlanConfig, prices: Prices, model: str) -> dict[str, Any]:
+    """A plan as its keys see it: tiers, default, each tier's price now for `model` (per 1K
+    tokens as the API states them, per 1M as people read them, and its basis; null for a tier
+    not priced yet), limits (null: none)."""
     lim = plan.limits
+
+    def view(tier: str) -> dict[str, str] | None:
+        quote = prices.quote(name, model, tier)
+        if quote is None:
+            return None
+        applied = quote.price.applied()
+        per_1m_ = {f"{k[: -len('_per_1k')]}_per_1m": per_1m(Decimal(v)) for k, v in applied.items()}
+        return {**applied, **per_1m_, "basis": quote.basis}
+
     return {
         "name": name,
         "description": plan.description,
         "tiers": plan.tiers,
         "default_tier": plan.default_tier,
-        "prices": {t: plan.prices[t].applied() for t in plan.tiers},
+        "margin": format(plan.margin, "f"),
+        "prices": {t: view(t) for t in plan.tiers},
         "limits": {
             "requests_per_minute": lim.requests_per_minute,
             "tokens_per_minute": lim.tokens_per_minute,
@@ -46,7 +60,7 @@ router = APIRouter(route_class=BodyRoute)
 
 
 @router.get("/v1/account", responses=json_reply(Account))
-async def account(record: CurrentKey, parts: Parts) -> dict[str, Any]:
+async def account(record: CurrentKey, parts: Parts, catalog: CatalogDep) -> dict[str, Any]:
     """The key's record, plan, prices, limits, this month's spend, and what its tenant
     stores against the plan's storage quota."""
     plan = parts.config.plans.get(record.plan)
@@ -67,7 +81,7 @@ async def account(record: CurrentKey, parts: Parts) -> dict[str, Any]:
     return {
         "object": "account",
         "key": record.public(),
-        "plan": plan_view(record.plan, plan),
+        "plan": plan_view(record.plan, plan, catalog.prices, parts.config.default_model),
         "month": month,
         # what the key's requests of the month cost, those in flight at their worst case
         "spent_usd": usd_text(spent),
