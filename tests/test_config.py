@@ -94,7 +94,7 @@ def test_plans_carry_prices_limits_and_priorities(tmp_path: Path) -> None:
     pro = cfg.plans["pro"]
     baseline = pro.prices["baseline"]
     assert isinstance(baseline, TierPrice)
-    assert baseline.nanos(10**6, 10**6) == 1_000_000_000  # $0.20 + $0.80 per 1M
+    assert baseline.nanos(10**6, 10**6) == 1_500_000_000  # $0.30 + $1.20 per 1M
     # the collapsed tiers follow their measured cost (config.pricing)
     assert [pro.prices[t] for t in ("masked", "dynamic", "sparse24")] == ["auto"] * 3
     assert pro.margin > cfg.plans["enterprise"].margin > 1
