@@ -30,13 +30,13 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from serving import TOPICS, messages  # noqa: E402
+from zerolayer.engines.timing import tagged, timed_request  # noqa: E402
 
 RESULTS = HERE / "results" / "tiers.json"
 MAX_TOKENS = 64
@@ -95,23 +95,6 @@ def _reply(obj: dict[str, Any]) -> None:
     print(TAG + json.dumps(obj), flush=True)
 
 
-async def _one(engine: Any, ids: list[int]) -> tuple[int, float, float, float]:
-    """(tokens, seconds, time to first token, time from first to last token)."""
-    from zerolayer.engines.base import SamplingSpec
-
-    spec = SamplingSpec(uuid.uuid4().hex, ids, MAX_TOKENS, temperature=0.0)
-    t0 = time.perf_counter()
-    first = last = 0.0
-    n = 0
-    async for d in engine.generate(spec):
-        now = time.perf_counter()
-        if n == 0 and d.token_ids:
-            first = now
-        n += len(d.token_ids)
-        last = now
-    return n, last - t0, first - t0, last - first
-
-
 async def _serve(engine: Any, prompts: Any) -> None:
     await engine.start()
     _reply({"ready": True})
@@ -127,21 +110,22 @@ async def _serve(engine: Any, prompts: Any) -> None:
             # one stream: the decode rate after the first token, the median of `requests`
             # requests one after another (one request is about a second: a burst of load on
             # the machine would otherwise decide the round)
-            runs = [await _one(engine, chats[0]) for _ in range(int(ask.get("requests", 1)))]
+            n = int(ask.get("requests", 1))
+            runs = [await timed_request(engine, chats[0], MAX_TOKENS) for _ in range(n)]
             reply = {
-                "tokens": sum(r[0] for r in runs),
-                "ttft_s": statistics.median(r[2] for r in runs),
-                "decode_tps": statistics.median((r[0] - 1) / r[3] for r in runs),
+                "tokens": sum(r.tokens for r in runs),
+                "ttft_s": statistics.median(r.ttft_s for r in runs),
+                "decode_tps": statistics.median((r.tokens - 1) / r.decode_s for r in runs),
             }
         else:
             t0 = time.perf_counter()
-            runs = await asyncio.gather(*(_one(engine, ids) for ids in chats))
+            runs = await asyncio.gather(*(timed_request(engine, ids, MAX_TOKENS) for ids in chats))
             wall = time.perf_counter() - t0
-            tokens = sum(r[0] for r in runs)
+            tokens = sum(r.tokens for r in runs)
             reply = {
                 "tokens": tokens,
                 "tps": tokens / wall,
-                "ttft_s": statistics.median(r[2] for r in runs),
+                "ttft_s": statistics.median(r.ttft_s for r in runs),
             }
         reply["peak_mem_bytes"] = peak_rss(os.getpid())
         _reply(reply)
@@ -197,9 +181,8 @@ class Worker:
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"worker {self.name} exited ({self.proc.wait()})")
-            at = line.find(TAG)
-            if at >= 0:  # child processes may write to the same stdout, even on this line
-                return json.JSONDecoder().raw_decode(line[at + len(TAG) :])[0]
+            if (got := tagged(line, TAG)) is not None:
+                return got
 
     def run(self, streams: int, requests: int = 1) -> dict[str, Any]:
         assert self.proc.stdin is not None

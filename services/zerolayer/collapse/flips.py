@@ -150,16 +150,18 @@ def greedy(model: Any, prompts: list[list[int]], steps: int, eos: set[int]) -> l
 
 
 @contextmanager
-def _silence_counter(model: Any, thresholds: list[float], shares: list[float]) -> Iterator[None]:
-    """Collect, per layer, the share of down_proj's inputs at or under its threshold in the
-    next forward pass (over its first shares-prompt positions: set by the caller)."""
+def _silence_counter(
+    model: Any, thresholds: list[float], shares: list[float], prompt_len: int
+) -> Iterator[None]:
+    """Collect into `shares`, per layer, the share of down_proj's inputs at or under its
+    threshold in the next forward pass, over the prompt's first `prompt_len` positions."""
     handles = []
     for i, layer in enumerate(decoder_layers(model)):
         if i >= len(thresholds):
             break
 
         def pre(_m: Any, args: tuple[Any, ...], i: int = i) -> None:
-            a = args[0][0, : int(shares[-1])]  # the prompt's positions only
+            a = args[0][0, :prompt_len]  # the prompt's positions only
             shares[i] = float((a.abs() <= thresholds[i]).float().mean())
 
         handles.append(layer.mlp.down_proj.register_forward_pre_hook(pre))
@@ -235,8 +237,9 @@ class FlipEvaluator:
         thresholds = list((reference or {}).get("thresholds") or [])
         calibrated = list((reference or {}).get("sparsity") or [])
         silence = bool(thresholds) and len(calibrated) == len(thresholds)
-        shares = [0.0] * len(thresholds) + [float(len(prompt))]
-        with _silence_counter(tier, thresholds, shares) if silence else nullcontext():
+        shares = [0.0] * len(thresholds)
+        counter = _silence_counter(tier, thresholds, shares, len(prompt))
+        with counter if silence else nullcontext():
             logp, nxt = self._logprobs(tier, prompt, answer)
         p_ref = dense_logp.float()
         kl = float((p_ref.exp() * (p_ref - logp)).sum())
@@ -249,7 +252,7 @@ class FlipEvaluator:
         if silence:
             dev = [
                 abs(got - want)
-                for got, want in zip(shares[:-1], calibrated, strict=True)
+                for got, want in zip(shares, calibrated, strict=True)
                 if want is not None
             ]
             signals["silence"] = sum(dev) / max(1, len(dev))

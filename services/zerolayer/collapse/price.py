@@ -27,9 +27,10 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+
+from zerolayer.engines.timing import tagged, timed_request
 
 __all__ = [
     "STREAMS",
@@ -78,43 +79,31 @@ def _chats(tokenizer: Any, n: int, long: bool = False) -> list[list[int]]:
     return out
 
 
-async def _one(engine: Any, ids: list[int], tokens: int) -> tuple[int, list[float]]:
-    """(tokens, gaps between successive tokens in seconds) of one greedy request."""
-    from zerolayer.engines.base import SamplingSpec
-
-    spec = SamplingSpec(uuid.uuid4().hex, ids, tokens, 0.0, cache_salt=uuid.uuid4().hex)
-    n, gaps, last = 0, [], None
-    async for d in engine.generate(spec):
-        now = time.perf_counter()
-        for _ in d.token_ids:
-            if last is not None:
-                gaps.append(now - last)
-            last = now
-            n += 1
-    return n, gaps
-
-
 async def _measure(engine: Any, tokenizer: Any, streams: list[int], tokens: int) -> dict[str, Any]:
     await engine.start()
     try:
-        await _one(engine, _chats(tokenizer, 1)[0], 8)  # warm-up: kernels, first allocations
+        # warm-up: kernels, first allocations
+        await timed_request(engine, _chats(tokenizer, 1)[0], 8, fresh=True)
         rows: dict[int, dict[str, float]] = {}
         for s in streams:
             chats = _chats(tokenizer, s)
             t0 = time.perf_counter()
-            runs = await asyncio.gather(*(_one(engine, ids, tokens) for ids in chats))
+            runs = await asyncio.gather(
+                *(timed_request(engine, ids, tokens, fresh=True) for ids in chats)
+            )
             wall = time.perf_counter() - t0
-            gaps = sorted(g for _, gs in runs for g in gs)
+            gaps = sorted(g for r in runs for g in r.gaps)
             p99 = gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] if gaps else wall
             rows[s] = {
-                "tokens_per_s": round(sum(n for n, _ in runs) / wall, 3),
+                "tokens_per_s": round(sum(r.tokens for r in runs) / wall, 3),
                 "p99_itl_ms": round(p99 * 1000, 2),
                 "median_itl_ms": round(statistics.median(gaps or [wall]) * 1000, 2),
             }
         long = _chats(tokenizer, PREFILL_PROMPTS, long=True)
         t0 = time.perf_counter()
         for k in range(0, len(long), PREFILL_AT_ONCE):
-            await asyncio.gather(*(_one(engine, ids, 1) for ids in long[k : k + PREFILL_AT_ONCE]))
+            batch = long[k : k + PREFILL_AT_ONCE]
+            await asyncio.gather(*(timed_request(engine, ids, 1, fresh=True) for ids in batch))
         prefill = sum(len(p) for p in long) / (time.perf_counter() - t0)
     finally:
         await engine.shutdown()
@@ -175,9 +164,8 @@ def measure_tier(
         check=False,
     )
     for line in run.stdout.splitlines():
-        at = line.find(TAG)
-        if at >= 0:
-            return dict(json.JSONDecoder().raw_decode(line[at + len(TAG) :])[0])
+        if (got := tagged(line, TAG)) is not None:
+            return got
     raise RuntimeError(f"measuring {model}:{tier} failed ({run.returncode}): {run.stderr[-2000:]}")
 
 

@@ -23,7 +23,7 @@ from zerolayer.artifacts.cost import read_cost
 from zerolayer.config.plans import TierPrice
 from zerolayer.errors import ConfigError
 
-__all__ = ["Quote", "Prices", "auto_price", "per_1m"]
+__all__ = ["Quote", "Prices", "auto_price", "per_1m", "per_1m_view"]
 
 _CENT = Decimal("0.01")
 
@@ -31,6 +31,15 @@ _CENT = Decimal("0.01")
 def per_1m(per_1k: Decimal) -> str:
     """A price per 1K tokens as decimal text per 1M tokens."""
     return format((per_1k * 1000).normalize(), "f")
+
+
+def per_1m_view(price: TierPrice) -> dict[str, str]:
+    """A tier price per 1M tokens as people read it: prompt, cached prompt and completion."""
+    return {
+        "prompt_per_1m": per_1m(price.prompt_per_1k),
+        "cached_prompt_per_1m": per_1m(price.cached),
+        "completion_per_1m": per_1m(price.completion_per_1k),
+    }
 
 
 def auto_price(cost_per_1m: Mapping[str, Any], margin: Decimal) -> TierPrice:
@@ -93,12 +102,10 @@ class Prices:
         pc = self.cfg.plans[plan]
         if tier not in pc.tiers:
             return None
-        set_ = pc.prices[tier]
-        if isinstance(set_, TierPrice):
+        if isinstance(set_ := pc.prices[tier], TierPrice):
             return Quote(set_, "hand")
-        cost = self.cost(model, tier)
-        if cost is not None:
-            return Quote(auto_price(cost, pc.margin), "auto")
+        if (auto := self._known(plan, model, tier)) is not None:
+            return Quote(auto, "auto")
         known = [(t, q) for t in pc.tiers if t != tier and (q := self._known(plan, model, t))]
         if not known:
             return None
@@ -106,6 +113,7 @@ class Prices:
         return Quote(dearest, "unmeasured", like)
 
     def _known(self, plan: str, model: str, tier: str) -> TierPrice | None:
+        """The plan's hand price of the tier, or its auto price when its cost is measured."""
         pc = self.cfg.plans[plan]
         set_ = pc.prices[tier]
         if isinstance(set_, TierPrice):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zerolayer.config import PlatformConfig
-from zerolayer.config.pricing import Prices, Quote, per_1m
+from zerolayer.config.pricing import Prices, Quote, per_1m_view
 from zerolayer.errors import (
     APIError,
     ModelNotFound,
@@ -64,7 +64,7 @@ def pricing(quote: Quote) -> dict[str, Any]:
         "currency": "USD",
         **{k: format(v / 1000, "f") for k, v in per_1k.items()},
         **price.applied(),
-        **{f"{k}_per_1m": per_1m(v) for k, v in per_1k.items()},
+        **per_1m_view(price),
         "basis": quote.basis,
         **({"priced_as": quote.like} if quote.like else {}),
     }

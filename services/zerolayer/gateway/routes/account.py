@@ -5,13 +5,12 @@ operator from a customer)."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from fastapi import APIRouter
 
 from zerolayer.config import PlanConfig, usd_text
-from zerolayer.config.pricing import Prices, per_1m
+from zerolayer.config.pricing import Prices, per_1m_view
 from zerolayer.errors import PermissionDenied
 from zerolayer.gateway.bodies import BodyRoute
 from zerolayer.gateway.deps import CatalogDep, CurrentKey, Parts
@@ -31,9 +30,7 @@ def plan_view(name: str, plan: PlanConfig, prices: Prices, model: str) -> dict[s
         quote = prices.quote(name, model, tier)
         if quote is None:
             return None
-        applied = quote.price.applied()
-        per_1m_ = {f"{k[: -len('_per_1k')]}_per_1m": per_1m(Decimal(v)) for k, v in applied.items()}
-        return {**applied, **per_1m_, "basis": quote.basis}
+        return {**quote.price.applied(), **per_1m_view(quote.price), "basis": quote.basis}
 
     return {
         "name": name,
