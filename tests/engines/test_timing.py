@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from zerolayer.engines import FakeEngine
 from zerolayer.engines.timing import tagged, timed_request
 

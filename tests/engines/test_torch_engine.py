@@ -337,6 +337,12 @@ def test_the_kernel_matches_the_zeroed_dense_product(kernel: kernels.SparseInput
             expected = torch.where(x.abs() <= t, 0.0, x) @ w.t()
             got = kernel(w.t().contiguous(), x, t)
             assert torch.allclose(got, expected, atol=1e-4), (rows, cols, t)
+        # bfloat16 weights: widened as read, the same sum as over the rounded float32 weights
+        wb = w.t().contiguous().bfloat16()
+        for t in (0.0, 0.5):
+            expected = torch.where(x.abs() <= t, 0.0, x) @ wb.float()
+            got = kernel(wb, x, t)
+            assert torch.allclose(got, expected, atol=1e-4), ("bf16", rows, cols, t)
     with pytest.raises(ValueError, match="do not fit"):
         kernel(torch.zeros(4, 3), torch.zeros(1, 5), 0.1)
     with pytest.raises(ValueError, match="float32"):
@@ -442,6 +448,43 @@ def test_the_compiled_decode_step_matches_the_torch_ops(
     model._layers_c = compiled
     assert fast_tokens == slow_tokens
     assert torch.allclose(fast, slow, atol=1e-3, rtol=0), float((fast - slow).abs().max())
+
+
+def test_bfloat16_weights_keep_the_tokens_in_both_decode_paths(
+    model_dir: Path, chats: Any, kernel: kernels.SparseInputKernel
+) -> None:
+    """Projections and the output layer in bfloat16 under float32 activations: the compiled
+    single-stream step and the torch ops of a batch step agree, and greedy tokens stay the
+    float32 model's over a short answer (the weights are half the bytes)."""
+    from zerolayer.engines.torch_engine import SlotCache, load_llama
+
+    full = load_llama(model_dir)
+    half = load_llama(model_dir, weight_dtype=torch.bfloat16)
+    assert half.report.weight_dtype == "bfloat16" and half._layers_c is not None
+    assert half.layers[0].down.weight.dtype == torch.bfloat16
+    assert half.head is not None and half.head.weight.dtype == torch.bfloat16
+    assert half.store.resident_bytes < 0.6 * full.store.resident_bytes
+
+    def steps(model: Any, compiled: bool, prompt: list[int]) -> tuple[list[int], torch.Tensor]:
+        keep = model._layers_c
+        model._layers_c = keep if compiled else None
+        cache = SlotCache(model.shape, torch.float32, model.device, 512)
+        cache.ensure(1, len(prompt) + 8)
+        logits = model.prefill(prompt, 0, cache)
+        tokens, seen = [], []
+        for i in range(8):
+            tokens.append(int(logits.argmax()))
+            logits = model.decode([tokens[-1]], [len(prompt) + i], cache)[0]
+            seen.append(logits)
+        model._layers_c = keep
+        return tokens, torch.stack(seen)
+
+    for prompt in chats[:2]:
+        fast_tokens, fast = steps(half, True, prompt)
+        slow_tokens, slow = steps(half, False, prompt)
+        assert fast_tokens == slow_tokens
+        assert torch.allclose(fast, slow, atol=0.5, rtol=0), float((fast - slow).abs().max())
+        assert fast_tokens == steps(full, True, prompt)[0]
 
 
 def test_streamed_text_is_the_whole_decode(model_dir: Path) -> None:

@@ -38,9 +38,13 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Compiler", "LayerC", "SparseInputKernel", "load"]
+__all__ = ["Compiler", "LayerC", "SparseInputKernel", "WEIGHT_DTYPES", "load"]
 
 log = logging.getLogger(__name__)
+
+# what the kernels read weights in: bfloat16 rows are widened to float32 as they are read, so a
+# product reads half the bytes of a float32 one and adds up in float32 all the same
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class LayerC(ctypes.Structure):
@@ -58,13 +62,14 @@ class LayerC(ctypes.Structure):
         ("t_gate_up", ctypes.c_float),
         ("t_down", ctypes.c_float),
         ("width", ctypes.c_int),
+        ("bf16", ctypes.c_int),
         ("k", ctypes.c_void_p),
         ("v", ctypes.c_void_p),
     ]
 
 
 class SparseInputKernel:
-    """The loaded kernels; call them with float32 CPU tensors."""
+    """The loaded kernels; call them with float32 CPU tensors (weights float32 or bfloat16)."""
 
     def __init__(self, lib: ctypes.CDLL):
         self._step = lib.zl_decode_one
@@ -77,6 +82,7 @@ class SparseInputKernel:
             ctypes.c_void_p,
             ctypes.c_int,
             ctypes.c_int,
+            ctypes.c_int,
             ctypes.c_void_p,
             ctypes.c_float,
             ctypes.c_void_p,
@@ -86,9 +92,12 @@ class SparseInputKernel:
         self.total = 0
 
     def __call__(self, wt: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
-        """x [1, in] @ wt [in, out] over the entries of x with |x| > threshold; [1, out]."""
-        if x.dtype != torch.float32 or wt.dtype != torch.float32 or x.device.type != "cpu":
-            raise ValueError("the sparse-input kernel takes float32 CPU tensors")
+        """x [1, in] @ wt [in, out] over the entries of x with |x| > threshold; [1, out]
+        (float32; wt float32 or bfloat16)."""
+        if x.dtype != torch.float32 or wt.dtype not in WEIGHT_DTYPES or x.device.type != "cpu":
+            raise ValueError(
+                "the sparse-input kernel takes float32 CPU inputs and float32 or bfloat16 weights"
+            )
         if x.dim() != 2 or x.shape[0] != 1 or wt.dim() != 2 or x.shape[1] != wt.shape[0]:
             raise ValueError(f"shapes {tuple(x.shape)} and {tuple(wt.shape)} do not fit")
         if not wt.is_contiguous():
@@ -100,7 +109,8 @@ class SparseInputKernel:
         engine's hot path: a few microseconds a call matter at 60 calls a token)."""
         rows, cols = wt.shape
         out = torch.empty(1, cols)
-        n = self._fn(wt.data_ptr(), rows, cols, x.data_ptr(), threshold, out.data_ptr())
+        bf16 = int(wt.dtype == torch.bfloat16)
+        n = self._fn(wt.data_ptr(), bf16, rows, cols, x.data_ptr(), threshold, out.data_ptr())
         if n < 0:
             raise MemoryError("the sparse-input kernel could not allocate its buffers")
         if threshold > 0:  # latency mode's counters: thresholded inputs only

@@ -93,6 +93,7 @@ class LoadReport:
     artifact: str = "dense"
     device: str = "cpu"
     dtype: str = "float32"
+    weight_dtype: str = "float32"
     mlp_widths: list[int] = field(default_factory=list)
     sparse24_units: int = 0
     sparse24_hardware: bool = False
@@ -122,6 +123,7 @@ class LlamaModel:
         *,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        weight_dtype: torch.dtype | None = None,
         max_len: int = 2048,
         thresholds: dict[tuple[int, str], float] | None = None,
         sparse_units: set[tuple[int, str]] | None = None,
@@ -137,6 +139,10 @@ class LlamaModel:
         self.max_len = max_len
         self.report = report or LoadReport()
         self.report.device, self.report.dtype = str(self.device), str(dtype).replace("torch.", "")
+        # the projections' and the output layer's weights (embeddings, norms, the KV cache and
+        # the residual stream stay in dtype)
+        wdtype = weight_dtype or dtype
+        self.report.weight_dtype = str(wdtype).replace("torch.", "")
         self.report.mlp_widths = list(shape.widths)
         thresholds = thresholds or {}
         sparse_units = sparse_units or set()
@@ -166,14 +172,19 @@ class LlamaModel:
         # view of the same tensor: its rows are gathered, no second copy)
         self.head: Proj | None = None  # the output layer as a thresholded projection
         head_threshold = thresholds.get((0, "head"))
-        if head_threshold is not None and self.kernel is not None:
-            head_t = self.lm_head.t().contiguous()
+        narrow = wdtype != dtype
+        if (head_threshold is not None or narrow) and self.kernel is not None:
+            head_t = self.lm_head.t().to(wdtype).contiguous()
             if self.lm_head is self.embed:
                 self.embed = head_t.t()
             self.lm_head = head_t.t()
             self.head = Proj(head_t, threshold=head_threshold, kernel=self.kernel)
-        elif head_threshold is not None:
-            self.head = Proj(self.lm_head, threshold=head_threshold)
+        elif head_threshold is not None or narrow:
+            head = self.lm_head.to(wdtype)
+            if self.lm_head is self.embed:
+                self.embed = head
+            self.lm_head = head
+            self.head = Proj(head, threshold=head_threshold)
         host_layers = []
         for i in range(shape.layers):
             q = f"{p}layers.{i}."
@@ -181,7 +192,7 @@ class LlamaModel:
             def group(
                 names: list[str], prefix: str, key: str, i: int = i, q: str = q
             ) -> list[Proj]:
-                ws = [state[f"{q}{prefix}.{n}.weight"].to(dtype) for n in names]
+                ws = [state[f"{q}{prefix}.{n}.weight"].to(wdtype) for n in names]
                 if any((i, n) in sparse_units for n in names) and hw:
                     return [self._sparse(w, sparse_min_tokens) for w in ws]
                 w = ws[0] if len(ws) == 1 else torch.cat(ws)
@@ -239,6 +250,7 @@ class LlamaModel:
             c.t_gate_up = layer.gate_up[0].threshold or 0.0
             c.t_down = layer.down.threshold or 0.0
             c.width = layer.width
+            c.bf16 = int(layer.qkv[0].weight.dtype == torch.bfloat16)
         return arr
 
     # loading -----------------------------------------------------------------------------------
@@ -348,6 +360,7 @@ class LlamaModel:
         dev = self.device
         rope = self._rope(torch.cat([torch.arange(p.start, p.end, device=dev) for p in prompts]))
         x = self.embed[torch.tensor([t for p in prompts for t in p.tokens], device=dev)]
+        x = x.to(self.dtype)
         # a query at position start + r sees every key up to it
         masks = [_seen(p.start, p.end, dev) if p.start else None for p in prompts]
         for i in range(s.layers):
@@ -404,7 +417,7 @@ class LlamaModel:
             n, 1, 1, length
         )
         rope = self._rope(pos)
-        x = self.embed[torch.tensor(tokens, device=self.device)]
+        x = self.embed[torch.tensor(tokens, device=self.device)].to(self.dtype)
         for i in range(s.layers):
             layer = self.store.get(i)
             h = _rms(x, layer.in_norm, s.eps)
@@ -430,7 +443,7 @@ class LlamaModel:
         assert kernel is not None  # _layers_c exists only with the kernel
         for c, k, v in zip(arr, cache.k, cache.v, strict=True):  # the cache may have grown
             c.k, c.v = k.data_ptr(), v.data_ptr()
-        x = self.embed[token].clone(memory_format=torch.contiguous_format)
+        x = self.embed[token].to(self.dtype, memory_format=torch.contiguous_format, copy=True)
         dims = (s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim)
         kernel.decode_one(arr, dims, cache.capacity, pos, s.eps, self.cos[pos], self.sin[pos], x)
         return self._logits(x[None])
