@@ -1,16 +1,24 @@
-"""What each tier buys: decode tokens/s at 1 and 32 concurrent streams, time to first token and
-peak memory of every tier artifact on each engine that serves it, on the same prompts, with the
-tier card's perplexity change.
+"""What each tier buys: tokens/s at 1, 8, 32 and 64 concurrent streams, the cost per 1M
+completion tokens that follows, time to first token and peak memory of every tier artifact on
+each engine that serves it, on the same prompts, with the tier card's perplexity change.
 
 Every engine runs in its own worker process (started once, so its peak memory is its own); the
 parent drives them in rounds, one engine at a time, interleaved: round r measures every engine
 before round r+1 starts, in an order of its own (seeded shuffle), each run after --settle idle
 seconds (a vLLM engine keeps its threads spinning for a while after a run). One warm-up round, then
---repeats measured rounds; ratios are medians of the per-round ratios. A round's single-stream
-figure is the median of --one-stream-requests requests in a row. Writes
-benchmarks/results/tiers.json.
+--repeats measured rounds; ratios are medians of the per-round ratios, with their spread (the
+lowest and highest round). A round's single-stream figure is the median decode rate of
+--one-stream-requests requests in a row; at more streams, completion tokens over wall time
+(prefill included). Every request carries a cache salt of its own: no prompt is read from a prefix
+cache. Cost per 1M completion tokens = the platform's replica-hour price of its hardware class /
+(tokens/s x 3600) x 1e6. Writes benchmarks/results/tiers.json.
 
-  .venv/bin/python benchmarks/tiers.py [--repeats 3] [--artifacts DIR] [--engines NAME,...]
+Besides the artifacts as served, some engines measure one lever alone: torch:baseline@bfloat16
+(the dense model with bfloat16 projection weights) and torch:dynamic@float32 (the dynamic
+artifact's thresholds with float32 weights), so the served dynamic tier (both levers) can be set
+against each.
+
+  .venv/bin/python benchmarks/tiers.py [--repeats 5] [--artifacts DIR] [--engines NAME,...]
 
 Artifacts default to the platform's (<cache>/artifacts/<model>); missing ones are built first
 with the model's collapse settings (zerolayer up does the same). --engines measures only some
@@ -40,14 +48,16 @@ from zerolayer.engines.timing import tagged, timed_request  # noqa: E402
 
 RESULTS = HERE / "results" / "tiers.json"
 MAX_TOKENS = 64
-STREAMS = 32
+STREAMS = (1, 8, 32, 64)
 # (name, engine, artifact): what each worker serves
 ENGINES = [
     ("vllm:baseline", "vllm", "dense"),
     ("vllm:masked", "vllm", "pruned"),
     ("torch:baseline", "torch", "dense"),
+    ("torch:baseline@bfloat16", "torch", "dense"),
     ("torch:masked", "torch", "masked"),
     ("torch:sparse24", "torch", "sparse24"),
+    ("torch:dynamic@float32", "torch", "dynamic"),
     ("torch:dynamic", "torch", "dynamic"),
 ]
 # the served tiers of platform/models.yaml and the engine each runs on
@@ -111,15 +121,17 @@ async def _serve(engine: Any, prompts: Any) -> None:
             # requests one after another (one request is about a second: a burst of load on
             # the machine would otherwise decide the round)
             n = int(ask.get("requests", 1))
-            runs = [await timed_request(engine, chats[0], MAX_TOKENS) for _ in range(n)]
+            runs = [await timed_request(engine, chats[0], MAX_TOKENS, fresh=True) for _ in range(n)]
             reply = {
                 "tokens": sum(r.tokens for r in runs),
+                "tps": statistics.median((r.tokens - 1) / r.decode_s for r in runs),
                 "ttft_s": statistics.median(r.ttft_s for r in runs),
-                "decode_tps": statistics.median((r.tokens - 1) / r.decode_s for r in runs),
             }
         else:
             t0 = time.perf_counter()
-            runs = await asyncio.gather(*(timed_request(engine, ids, MAX_TOKENS) for ids in chats))
+            runs = await asyncio.gather(
+                *(timed_request(engine, ids, MAX_TOKENS, fresh=True) for ids in chats)
+            )
             wall = time.perf_counter() - t0
             tokens = sum(r.tokens for r in runs)
             reply = {
@@ -145,17 +157,21 @@ def worker(name: str, artifacts: Path) -> None:
     kind, artifact = next((e, a) for n, e, a in ENGINES if n == name)
     folder = None if artifact == "dense" else artifacts / artifact
     max_len = cfg.models[model].max_model_len
+    seqs = max(STREAMS)
     if kind == "vllm":
         engine: Any = VLLMEngine(
-            str(folder or model_dir), max_model_len=max_len, kv_cache_gib=1, max_num_seqs=STREAMS
+            str(folder or model_dir), max_model_len=max_len, kv_cache_gib=1, max_num_seqs=seqs
         )
     else:
+        # "@dtype": the projections' precision set apart from the artifact's (one lever alone)
+        weights = name.partition("@")[2] or None
         engine = TorchEngine(
             str(model_dir),
             artifact=artifact,
             artifact_dir=str(folder) if folder else None,
+            weight_dtype=weights,
             max_model_len=max_len,
-            max_num_seqs=STREAMS,
+            max_num_seqs=seqs,
             kv_cache_gib=1,
         )
     asyncio.run(_serve(engine, PromptBuilder(model_dir)))
@@ -208,13 +224,49 @@ def _cards(artifacts: Path, kinds: set[str]) -> dict[str, float]:
     return out
 
 
-def _median_ratio(rows: list[dict[str, Any]], a: str, b: str, key: str) -> float:
-    return round(statistics.median(r[a][key] / r[b][key] for r in rows), 3)
+def ratio(rows: list[dict[str, Any]], a: str, b: str, key: str) -> dict[str, float]:
+    """The median of the per-round ratios a/b of one figure, and the lowest and highest."""
+    got = sorted(r[a][key] / r[b][key] for r in rows)
+    return {
+        "median": round(statistics.median(got), 3),
+        "low": round(got[0], 3),
+        "high": round(got[-1], 3),
+    }
+
+
+def entry(
+    rows: list[dict[str, Any]], name: str, kind: str, ppl: float | None, usd: Any, stamp: str
+) -> dict[str, Any]:
+    """One engine's figures over the measured rounds: per stream count its tokens/s (median),
+    ratios against the same engine's baseline and vLLM's (the served baseline) with their
+    spread, and the cost per 1M completion tokens at the replica-hour price `usd`."""
+    from zerolayer.collapse.price import cost_per_1m
+
+    def med(key: str) -> float:
+        return round(statistics.median(r[name][key] for r in rows), 3)
+
+    tps = {str(s): med(f"tps_{s}") for s in STREAMS}
+    return {
+        "tps": tps,
+        "vs_baseline": {str(s): ratio(rows, name, f"{kind}:baseline", f"tps_{s}") for s in STREAMS},
+        "vs_served_baseline": {
+            str(s): ratio(rows, name, "vllm:baseline", f"tps_{s}") for s in STREAMS
+        },
+        "cost_per_1m_completion": {s: cost_per_1m(usd, t) for s, t in tps.items()},
+        "ttft_s": med("ttft_s"),
+        "peak_mem_bytes": int(max(r[name]["peak_mem_bytes"] for r in rows)),
+        "ppl_delta": ppl,
+        "measured": stamp,
+    }
+
+
+def _ppl(delta: float | None) -> str:
+    return "ppl not on a card" if delta is None else f"ppl {delta:+.2%}"
 
 
 def draw(result: dict[str, Any], path: Path) -> Path:
-    """Bars of decode tokens/s at 1 and 32 streams per engine and artifact, each labelled with
-    its speed against the same engine's baseline and its perplexity change."""
+    """Per stream count, bars of tokens/s per engine and artifact, each labelled with its speed
+    against the same engine's baseline; the perplexity change under each name."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,16 +275,9 @@ def draw(result: dict[str, Any], path: Path) -> Path:
 
     engines = result["engines"]
     names = list(engines)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    for ax, (key, ratio, title) in zip(
-        axes,
-        [
-            ("decode_tps_1", "ratio_1_vs_baseline", "1 stream: decode tokens/s"),
-            ("decode_tps_32", "ratio_32_vs_baseline", f"{STREAMS} streams: tokens/s"),
-        ],
-        strict=True,
-    ):
-        vals = [engines[n][key] for n in names]
+    fig, axes = plt.subplots(1, len(STREAMS), figsize=(4.2 * len(STREAMS), 5))
+    for ax, s in zip(axes, STREAMS, strict=True):
+        vals = [engines[n]["tps"][str(s)] for n in names]
         colors = ["#4c72b0" if n.startswith("vllm") else "#dd8452" for n in names]
         bars = ax.bar(range(len(names)), vals, color=colors)
         for b, n in zip(bars, names, strict=True):
@@ -241,15 +286,18 @@ def draw(result: dict[str, Any], path: Path) -> Path:
                 b.set_hatch("//")  # from an earlier run
                 b.set_alpha(0.45)
             ax.annotate(
-                f"x{e[ratio]:.2f}\nppl {e['ppl_delta']:+.1%}",
+                f"x{e['vs_baseline'][str(s)]['median']:.2f}",
                 (b.get_x() + b.get_width() / 2, b.get_height()),
                 ha="center",
                 va="bottom",
                 fontsize=8,
             )
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-        ax.set_title(title)
-        ax.set_ylim(0, max(vals) * 1.25)
+        labels = [f"{n}\n{_ppl(engines[n]['ppl_delta'])}" for n in names]
+        ax.set_xticks(range(len(names)), labels, rotation=40, ha="right", fontsize=7)
+        ax.set_title(
+            f"{s} stream{'s' if s > 1 else ''}: tokens/s" + (" (decode)" if s == 1 else "")
+        )
+        ax.set_ylim(0, max(vals) * 1.2)
     setup = result["setup"]
     title = (
         f"Tiers of SmolLM2-135M on {setup['cpus']} CPU cores (median of {setup['repeats']} "
@@ -258,6 +306,7 @@ def draw(result: dict[str, Any], path: Path) -> Path:
     if any(e.get("measured") != setup.get("measured") for e in engines.values()):
         title += "\nhatched: measured in an earlier run (the machine's speed differs between runs)"
     fig.suptitle(title)
+    fig.tight_layout()
     return save_figure(fig, path, 110)
 
 
@@ -272,7 +321,9 @@ def merged(
     every engine) keeps the entries of engines this run did not measure; the served tiers and
     latency mode are rebuilt from the merged engines; `runs` lists every run the file draws
     on (setup and rounds), newest last."""
-    every = {**old.get("engines", {}), **engines}
+    # entries of the file's earlier layout (1 and 32 streams only) are not comparable: left out
+    kept = {n: e for n, e in old.get("engines", {}).items() if "tps" in e}
+    every = {**kept, **engines}
     result: dict[str, Any] = {
         tier: {"engine": name.split(":")[0], **every[name]}
         for tier, name in SERVED.items()
@@ -280,9 +331,9 @@ def merged(
     }
     if "torch:dynamic" in engines and "torch:baseline" in engines:
         result["latency_mode"] = {
-            "dense_tps_1": engines["torch:baseline"]["decode_tps_1"],
-            "masked_tps_1": engines["torch:dynamic"]["decode_tps_1"],
-            "ratio": engines["torch:dynamic"]["ratio_1_vs_baseline"],
+            "dense_tps_1": engines["torch:baseline"]["tps"]["1"],
+            "masked_tps_1": engines["torch:dynamic"]["tps"]["1"],
+            "ratio": engines["torch:dynamic"]["vs_baseline"]["1"]["median"],
             "ppl_delta": dynamic_ppl,
             "engine": "torch",
             "measured": setup["measured"],
@@ -308,7 +359,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--repeats", type=int, default=3, help="measured rounds after one warm-up")
+    ap.add_argument("--repeats", type=int, default=5, help="measured rounds after one warm-up")
     ap.add_argument("--artifacts", type=Path, default=None, help="a model's artifact folder")
     ap.add_argument("--settle", type=float, default=5.0, help="idle seconds before each run")
     ap.add_argument(
@@ -363,54 +414,41 @@ def main() -> None:
             order = list(workers)
             random.Random(rnd).shuffle(order)
             for w in order:
-                time.sleep(args.settle)
-                one = w.run(1, args.one_stream_requests)
-                time.sleep(args.settle)
-                many = w.run(STREAMS)
-                row[w.name] = {
-                    "decode_tps_1": one["decode_tps"],
-                    "decode_tps_32": many["tps"],
-                    "ttft_s": one["ttft_s"],
-                    "ttft_32_s": many["ttft_s"],
-                    "peak_mem_bytes": max(one["peak_mem_bytes"], many["peak_mem_bytes"]),
-                }
+                row[w.name] = {"peak_mem_bytes": 0}
+                for streams in STREAMS:
+                    time.sleep(args.settle)
+                    got = w.run(streams, args.one_stream_requests)
+                    row[w.name][f"tps_{streams}"] = got["tps"]
+                    if streams == 1:
+                        row[w.name]["ttft_s"] = got["ttft_s"]
+                    peak = max(row[w.name]["peak_mem_bytes"], got["peak_mem_bytes"])
+                    row[w.name]["peak_mem_bytes"] = peak
                 label = "warm-up" if rnd == 0 else f"round {rnd}"
-                print(
-                    f"{label:8s} {w.name:15s} 1 stream {one['decode_tps']:6.1f} tok/s  "
-                    f"{STREAMS} streams {many['tps']:6.1f} tok/s  ttft {one['ttft_s']:.3f} s",
-                    flush=True,
-                )
+                figures = "  ".join(f"{k}: {row[w.name][f'tps_{k}']:6.1f}" for k in STREAMS)
+                print(f"{label:8s} {w.name:24s} tok/s at {figures}", flush=True)
             if rnd:
                 rows.append(row)
     finally:
         for w in workers:
             w.close()
 
-    def med(name: str, key: str) -> float:
-        return round(statistics.median(r[name][key] for r in rows), 4)
-
     stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    engines: dict[str, Any] = {}
-    for name, kind, artifact in run:
-        base = f"{kind}:baseline"
-        engines[name] = {
-            **{k: med(name, k) for k in ("decode_tps_1", "decode_tps_32", "ttft_s")},
-            "peak_mem_bytes": int(max(r[name]["peak_mem_bytes"] for r in rows)),
-            "ppl_delta": ppl[artifact],
-            "ratio_1_vs_baseline": _median_ratio(rows, name, base, "decode_tps_1"),
-            "ratio_32_vs_baseline": _median_ratio(rows, name, base, "decode_tps_32"),
-            "ratio_32_vs_vllm_baseline": _median_ratio(
-                rows, name, "vllm:baseline", "decode_tps_32"
-            ),
-            "measured": stamp,
-        }
+    hw = cfg.hardware
+    usd = hw.classes[hw.hardware_class].replica_hour_usd
+    # a lever measured alone ("@dtype") is on no tier card: its perplexity is not known here
+    engines = {
+        name: entry(rows, name, kind, None if "@" in name else ppl[artifact], usd, stamp)
+        for name, kind, artifact in run
+    }
     command = "python benchmarks/tiers.py" + (f" --engines {args.engines}" if args.engines else "")
     setup = {
-        "streams": STREAMS,
+        "streams": list(STREAMS),
         "one_stream_requests": args.one_stream_requests,
         "max_tokens": MAX_TOKENS,
         "repeats": args.repeats,
         "cpus": os.cpu_count(),
+        "hardware_class": hw.hardware_class,
+        "replica_hour_usd": str(usd),
         "command": command,
         "measured": stamp,
     }
@@ -424,12 +462,12 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, e in engines.items():
-        print(
-            f"{name:15s} 1: {e['decode_tps_1']:6.1f} tok/s (x{e['ratio_1_vs_baseline']:.3f})  "
-            f"32: {e['decode_tps_32']:6.1f} tok/s (x{e['ratio_32_vs_baseline']:.3f} same engine, "
-            f"x{e['ratio_32_vs_vllm_baseline']:.3f} vs vLLM)  ttft {e['ttft_s']:.3f} s  "
-            f"peak {e['peak_mem_bytes'] / 2**30:.2f} GiB  ppl {e['ppl_delta']:+.2%}"
+        figures = "  ".join(
+            f"{k}: {e['tps'][str(k)]:6.1f} (x{e['vs_baseline'][str(k)]['median']:.3f}, "
+            f"${e['cost_per_1m_completion'][str(k)]}/1M)"
+            for k in STREAMS
         )
+        print(f"{name:24s} {figures}  {_ppl(e['ppl_delta'])}")
     print(f"results: {args.out}\npicture: {draw(result, args.out.with_suffix('.png'))}")
 
 

@@ -273,6 +273,42 @@ def test_dynamic_thresholds_match_the_hooked_model(
     assert 0.1 < stats["latency_active_share"] < 0.8
 
 
+def test_a_bfloat16_dynamic_artifact_is_judged_as_the_engine_runs_it(
+    model_dir: Path, dense: Any, chats: Any, tmp_path: Path
+) -> None:
+    """A dynamic artifact served with bfloat16 weights: the engine loads them in bfloat16, and
+    the compiler's view of it (weights_in, inside dynamic_cut) rounds where the engine's batch
+    steps round, so it strays from float32 as far as the engine does (rounding noise is not
+    bit-exact between two bfloat16 paths: one ulp upstream flips roundings downstream, so the
+    two land apart at that same distance); the model's own weights come back afterwards."""
+    from zerolayer.artifacts import read_dynamic
+    from zerolayer.engines.torch_engine import SlotCache, load_llama
+
+    layer = decoder_layers(dense)[4]
+    th = {4: float(layer.mlp.down_proj.weight.detach().abs().mean())}
+    save_dynamic(tmp_path, Dynamic(th, weight_dtype="bfloat16"))
+    art = read_dynamic(tmp_path)
+    assert art.weight_dtype == "bfloat16"
+    before = layer.mlp.up_proj.weight.detach().clone()
+    ids = chats[0] + chats[1]
+    with torch.no_grad():
+        with dynamic_cut(dense, Dynamic(th)):
+            full = dense(torch.tensor([ids]), use_cache=False).logits[0]
+        with dynamic_cut(dense, art):
+            w = layer.mlp.up_proj.weight
+            assert torch.equal(w, w.bfloat16().float()) and not torch.equal(w, before)
+            judged = dense(torch.tensor([ids]), use_cache=False).logits[0]
+    assert torch.equal(layer.mlp.up_proj.weight, before)
+    model = load_llama(model_dir, artifact="dynamic", artifact_dir=tmp_path)
+    assert model.report.weight_dtype == "bfloat16"
+    cache = SlotCache(model.shape, torch.float32, model.device, 512)
+    cache.ensure(1, len(ids))
+    served = model.prefill(ids, 0, cache, every_position=True)  # a batch step: every position
+    engine_off, judged_off = (served - full).abs().mean(), (judged - full).abs().mean()
+    # rounding only the weights and inputs strays about half as far: that would not do
+    assert 0.67 < judged_off / engine_off < 1.5, (float(judged_off), float(engine_off))
+
+
 def test_the_output_layers_threshold_matches_the_hooked_model(
     model_dir: Path, dense: Any, chats: Any, tmp_path: Path
 ) -> None:

@@ -7,6 +7,8 @@ since format 3 the one on the output layer's input ("head_thresholds", keyed "0"
 with the thresholds in place (none: the dense weights). Since format 2, inputs.safetensors holds
 the q/k/v and gate/up weights distilled with their inputs' thresholds in place
 ("layers.<i>.<projection>"; absent, as in format 1 artifacts: the dense weights).
+"weight_dtype" (absent: float32) is the precision the engine keeps the projection and output
+layer weights in: "bfloat16" halves the bytes a decode step reads; the files stay float32.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class Dynamic:
     output layer's input (`head`, keyed by 0; none: the dense output layer), the down_proj
     weights distilled with the MLP thresholds in place (`down`; none: the dense weights), and
     other projections' weights distilled with their inputs' thresholds in place (`weights`,
-    keyed by (layer, projection name); none: the dense weights)."""
+    keyed by (layer, projection name); none: the dense weights), and the precision its
+    projection and output-layer weights are served in (`weight_dtype`)."""
 
     mlp: dict[int, float]
     attn: dict[int, float] = field(default_factory=dict)
@@ -41,6 +44,7 @@ class Dynamic:
     gate_up: dict[int, float] = field(default_factory=dict)
     weights: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
     head: dict[int, float] = field(default_factory=dict)
+    weight_dtype: str = "float32"
 
     def inputs(self) -> dict[str, dict[int, float]]:
         """The thresholds per projection input kind (names.INPUT_KINDS)."""
@@ -77,6 +81,7 @@ def save_dynamic(folder: Path, art: Dynamic) -> Path:
         "format_version": FORMAT_VERSION,
         "kind": "mlp",
         "thresholds": {str(i): t for i, t in art.mlp.items()},
+        "weight_dtype": art.weight_dtype,
     }
     for kind, key in _KEYS.items():
         body[key] = {str(i): t for i, t in inputs[kind].items()}
@@ -121,4 +126,5 @@ def read_dynamic(folder: Path) -> Dynamic:
         read("gate_up_thresholds"),
         weights,
         read("head_thresholds"),
+        str(body.get("weight_dtype", "float32")),
     )

@@ -30,6 +30,7 @@ __all__ = [
     "narrow_mlp",
     "dynamic_cut",
     "load_dynamic",
+    "weights_in",
     "load_sparse24",
 ]
 
@@ -58,7 +59,38 @@ def dynamic_cut(model: Any, art: Dynamic) -> Iterator[None]:
     with ExitStack() as stack:
         for kind, th in art.inputs().items():
             stack.enter_context(activation_threshold(model, th, kind))
+        if art.weight_dtype != "float32":  # after the thresholds: the engine rounds what passed
+            stack.enter_context(weights_in(model, getattr(torch, art.weight_dtype)))
         yield
+
+
+@contextmanager
+def weights_in(model: Any, dtype: torch.dtype) -> Iterator[None]:
+    """A float32 transformers model computing as the torch engine's batch steps do with weights
+    in `dtype` (bfloat16) while the body runs: every decoder projection's and the output
+    layer's weight rounded to it, and each product's input and output rounded to it too (the
+    engine runs the product in that precision and widens its result). The weights come back
+    when the body ends. A tied embedding (the output layer's own parameter) is rounded with it,
+    as the engine reads both from one bfloat16 copy."""
+    linears = [m for layer in decoder_layers(model) for m in layer.modules()]
+    linears = [m for m in linears if isinstance(m, torch.nn.Linear)] + [model.lm_head]
+
+    def narrow(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).to(t.dtype)
+
+    saved = [(m, m.weight.data) for m in linears]
+    handles = []
+    try:
+        for m in linears:
+            m.weight.data = narrow(m.weight.data)
+            handles.append(m.register_forward_pre_hook(lambda _m, args: (narrow(args[0]),)))
+            handles.append(m.register_forward_hook(lambda _m, _args, out: narrow(out)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for m, w in saved:
+            m.weight.data = w
 
 
 def load_dynamic(dense_dir: Path, folder: Path) -> tuple[Any, Dynamic]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -310,8 +311,9 @@ class Builder:
         return calibrate(self.model, windows, quantile=self.s.quantile, progress=False)
 
     def applied(self, art: Dynamic) -> AbstractContextManager[None]:
-        """A dynamic artifact on the loaded model: its weights and its thresholds."""
-        return dynamic_applied(self.model, art)
+        """A dynamic artifact on the loaded model: its weights and its thresholds, in the
+        weight precision the build serves it in (every candidate is judged as it will run)."""
+        return dynamic_applied(self.model, replace(art, weight_dtype=self.s.dynamic_weight_dtype))
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:

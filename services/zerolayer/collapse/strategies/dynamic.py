@@ -80,6 +80,7 @@ def build_dynamic(b: Builder) -> dict[str, Any]:
     art, shares, quality, weights, trials = _input_thresholds(
         b, Dynamic(thresholds, {}, down), quality
     )
+    art = replace(art, weight_dtype=b.s.dynamic_weight_dtype)
     folder = save_dynamic(b.out / "dynamic", art)
     val_after = b.validator.evaluate(b.applied(art)).ppl_delta
     sparsity = measured_sparsity(b, art)

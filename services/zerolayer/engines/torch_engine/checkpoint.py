@@ -76,6 +76,8 @@ class TierWeights:
     thresholds: dict[tuple[int, str], float] = field(default_factory=dict)
     # (layer, projection) pairs whose weights are 2:4
     sparse_units: set[tuple[int, str]] = field(default_factory=set)
+    # the precision the projection and output-layer weights are served in (None: the engine's)
+    weight_dtype: torch.dtype | None = None
 
 
 def _weight_key(layer: int, proj: str) -> str:
@@ -97,6 +99,7 @@ def read_tier(
     state = read_state(source)
     thresholds: dict[tuple[int, str], float] = {}
     units: set[tuple[int, str]] = set()
+    weight_dtype = None
     if artifact == "masked":
         keep, down = read_masks(folder)
         widths = narrow_state(
@@ -110,8 +113,10 @@ def read_tier(
         for (i, p), w in art.weights.items():
             state[_weight_key(i, p)] = w
         thresholds = {(i, kind): t for kind, th in art.inputs().items() for i, t in th.items()}
+        if art.weight_dtype != "float32":
+            weight_dtype = getattr(torch, art.weight_dtype)
     elif artifact == "sparse24":
         for (i, p), w in read_sparse24(folder).items():
             state[_weight_key(i, p)] = w
             units.add((i, p))
-    return TierWeights(Shape.from_config(cfg), state, thresholds, units)
+    return TierWeights(Shape.from_config(cfg), state, thresholds, units, weight_dtype)

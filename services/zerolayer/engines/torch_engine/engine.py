@@ -112,6 +112,7 @@ class TorchEngine:
         artifact: str = "dense",
         artifact_dir: str | None = None,
         dtype: str = "float32",
+        weight_dtype: str | None = None,
         device: str = "auto",
         max_model_len: int = 2048,
         max_num_seqs: int = 32,
@@ -134,6 +135,9 @@ class TorchEngine:
         self.artifact = artifact
         self.artifact_dir = artifact_dir
         self.dtype = getattr(torch, dtype)
+        # the projections' precision: None keeps the artifact's (a benchmark sets one to
+        # measure the precision lever apart from the artifact's cut)
+        self.weight_dtype = getattr(torch, weight_dtype) if weight_dtype else None
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -234,6 +238,7 @@ class TorchEngine:
             device=self.device,
             dtype=self.dtype,
             max_len=self.max_model_len,
+            **({"weight_dtype": self.weight_dtype} if self.weight_dtype else {}),
             sparse_min_tokens=self.sparse_min_tokens,
             device_budget_bytes=self.device_budget,
             offload_layers=self.offload_layers,
@@ -323,6 +328,7 @@ class TorchEngine:
             "engine": "torch",
             "device": r.device,
             "dtype": r.dtype,
+            "weight_dtype": r.weight_dtype,
             "hardware_sparsity": r.sparse24_hardware,
             "sparsity_note": r.sparse24_note,
             "offload": r.offloaded_layers > 0,

@@ -465,6 +465,8 @@ def load_llama(
     """A LlamaModel for one tier: the dense checkpoint in model_dir with the tier's artifact
     (from artifact_dir) applied; options go to LlamaModel."""
     tier = read_tier(model_dir, artifact, artifact_dir)
+    if tier.weight_dtype is not None:  # the artifact's precision, unless the caller sets one
+        options.setdefault("weight_dtype", tier.weight_dtype)
     return LlamaModel(
         tier.shape,
         tier.state,
