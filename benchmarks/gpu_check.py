@@ -7,6 +7,8 @@
 2. The torch engine's CPU offload: a random Llama of about 1.6 GB served under a 0.5 GiB device
    budget (most layers in pinned host memory, copied in one layer ahead) against the same model
    fully resident: the same greedy tokens, and tokens/s of both.
+3. The dynamic tier's precision lever on the GPU path: the same random model's decode tokens/s at
+   1 and 32 streams in float32, float32 with bfloat16 projection weights, and bfloat16.
 Writes benchmarks/results/gpu.json: {"gpu", "speedup_256", "speedup_1024", "weight_bytes_ratio"}
 for the 8B-shaped block, plus the full timing table and the offload run.
 
@@ -128,11 +130,12 @@ def mlp_table(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def offload_run(quick: bool) -> dict[str, Any]:
+def _random_llama(layers: int) -> tuple[Any, dict[str, torch.Tensor]]:
+    """A random Llama of TinyLlama-1.1B's layer shape (bfloat16 tensors) with `layers` layers."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))
-    from zerolayer.engines.torch_engine import LlamaModel, Shape, SlotCache
+    from zerolayer.engines.torch_engine import Shape
 
-    hidden, inter, layers, vocab = 2048, 5632, 8 if quick else 22, 32000
+    hidden, inter, vocab = 2048, 5632, 32000
     shape = Shape(hidden, 32, 4, 64, layers, vocab, 1e-5, 10000.0, False, (inter,) * layers)
     gen = torch.Generator().manual_seed(0)
 
@@ -152,6 +155,66 @@ def offload_run(quick: bool) -> dict[str, Any]:
         state[q + "mlp.gate_proj.weight"] = r(inter, hidden)
         state[q + "mlp.up_proj.weight"] = r(inter, hidden)
         state[q + "mlp.down_proj.weight"] = r(hidden, inter)
+    return shape, state
+
+
+def precision_run(quick: bool, device: str = "cuda") -> dict[str, Any]:
+    """The dynamic tier's precision lever on the GPU path: the random model's decode tokens/s
+    at 1 and 32 streams in float32, float32 with bfloat16 projection weights (what a dynamic
+    artifact with weight_dtype bfloat16 serves under a float32 tier), and bfloat16 throughout
+    (a GPU tier's usual dtype), with how far each one's logits stray from float32's."""
+    shape, state = _random_llama(4 if quick else 22)
+    from zerolayer.engines.torch_engine import LlamaModel, SlotCache
+    from zerolayer.engines.torch_engine.model import Prompt
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    variants = {
+        "float32": (torch.float32, None),
+        "float32+bf16 weights": (torch.float32, torch.bfloat16),
+        "bfloat16": (torch.bfloat16, None),
+    }
+    out: dict[str, Any] = {}
+    reference = None
+    for name, (dtype, weights) in variants.items():
+        model = LlamaModel(
+            shape, state, device=device, dtype=dtype, weight_dtype=weights, max_len=512
+        )
+        row: dict[str, Any] = {}
+        for streams in (1, 32):
+            cache = SlotCache(shape, dtype, model.device, 512)
+            cache.ensure(streams, 512)
+            prompts = [list(range(1 + k, 33 + k)) for k in range(streams)]
+            logits = model.prefill_many(
+                [Prompt(p, k, 0) for k, p in enumerate(prompts)], cache
+            ).float()
+            if streams == 1:
+                if reference is None:
+                    reference = logits
+                row["logits_off"] = round(float((logits - reference).abs().mean()), 4)
+            tokens = logits.argmax(-1).tolist()
+            sync()
+            t0 = time.perf_counter()
+            for pos in range(32, 96):
+                step = model.decode(tokens, [pos] * streams, cache)
+                tokens = step.argmax(-1).tolist()
+            sync()
+            row[f"tps_{streams}"] = round(64 * streams / (time.perf_counter() - t0), 1)
+        out[name] = row
+        print(f"precision {name}: {row}", flush=True)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def offload_run(quick: bool) -> dict[str, Any]:
+    layers = 8 if quick else 22
+    shape, state = _random_llama(layers)
+    from zerolayer.engines.torch_engine import LlamaModel, SlotCache
+
     weight_bytes = sum(t.numel() * t.element_size() for t in state.values())
     out: dict[str, Any] = {"weight_bytes": weight_bytes, "budget_bytes": 1 << 29}
 
@@ -230,6 +293,10 @@ def main() -> None:
         result["offload"] = offload_run(args.quick)
     except Exception as exc:
         errors["offload"] = repr(exc)
+    try:
+        result["precision"] = precision_run(args.quick)
+    except Exception as exc:
+        errors["precision"] = repr(exc)
     result["errors"] = errors
     result["command"] = "python benchmarks/gpu_check.py" + (" --quick" if args.quick else "")
     args.out.parent.mkdir(parents=True, exist_ok=True)
