@@ -238,7 +238,7 @@ class TorchEngine:
             device=self.device,
             dtype=self.dtype,
             max_len=self.max_model_len,
-            **({"weight_dtype": self.weight_dtype} if self.weight_dtype else {}),
+            weight_dtype=self.weight_dtype,
             sparse_min_tokens=self.sparse_min_tokens,
             device_budget_bytes=self.device_budget,
             offload_layers=self.offload_layers,

@@ -216,13 +216,13 @@ int zl_decode_one(const zl_layer *layers, int n_layers, int hidden, int heads, i
         for (int j = 0; j < head_dim; j++) o[j] += p * vr[j];
       }
     }
-    count(gemv_t(L->o, L->bf16, q_size, hidden, att, L->t_o, tmp, idx, part, stride), q_size, L->t_o,
-          &passed, &seen);
+    count(gemv_t(L->o, L->bf16, q_size, hidden, att, L->t_o, tmp, idx, part, stride), q_size,
+          L->t_o, &passed, &seen);
     for (int i = 0; i < hidden; i++) x[i] += tmp[i];
     rms(x, L->post_norm, hidden, eps, h);
     int w = L->width;
-    count(gemv_t(L->gate_up, L->bf16, hidden, 2 * w, h, L->t_gate_up, gu, idx, part, stride), hidden,
-          L->t_gate_up, &passed, &seen);
+    count(gemv_t(L->gate_up, L->bf16, hidden, 2 * w, h, L->t_gate_up, gu, idx, part, stride),
+          hidden, L->t_gate_up, &passed, &seen);
     for (int i = 0; i < w; i++) {
       float g = gu[i];
       act[i] = g / (1.0f + expf(-g)) * gu[w + i];

@@ -169,22 +169,18 @@ class LlamaModel:
         self.lm_head = self.embed if shape.tied or head is None else dev(head)
         # latency mode on the output layer's input: its single-token product reads only the rows
         # of the inputs that pass, so the layer is kept input-major (a tied embedding becomes a
-        # view of the same tensor: its rows are gathered, no second copy)
-        self.head: Proj | None = None  # the output layer as a thresholded projection
+        # view of the same tensor: its rows are gathered, no second copy); the same when the
+        # layer's weights are kept in a narrower precision than the activations
+        self.head: Proj | None = None  # the output layer as a thresholded or narrower projection
         head_threshold = thresholds.get((0, "head"))
-        narrow = wdtype != dtype
-        if (head_threshold is not None or narrow) and self.kernel is not None:
-            head_t = self.lm_head.t().to(wdtype).contiguous()
+        if head_threshold is not None or wdtype != dtype:
+            transposed = self.kernel is not None  # the kernel reads the layer input-major
+            stored = (self.lm_head.t() if transposed else self.lm_head).to(wdtype).contiguous()
+            view = stored.t() if transposed else stored  # out x in, as the embedding reads it
             if self.lm_head is self.embed:
-                self.embed = head_t.t()
-            self.lm_head = head_t.t()
-            self.head = Proj(head_t, threshold=head_threshold, kernel=self.kernel)
-        elif head_threshold is not None or narrow:
-            head = self.lm_head.to(wdtype)
-            if self.lm_head is self.embed:
-                self.embed = head
-            self.lm_head = head
-            self.head = Proj(head, threshold=head_threshold)
+                self.embed = view
+            self.lm_head = view
+            self.head = Proj(stored, threshold=head_threshold, kernel=self.kernel)
         host_layers = []
         for i in range(shape.layers):
             q = f"{p}layers.{i}."
@@ -465,8 +461,8 @@ def load_llama(
     """A LlamaModel for one tier: the dense checkpoint in model_dir with the tier's artifact
     (from artifact_dir) applied; options go to LlamaModel."""
     tier = read_tier(model_dir, artifact, artifact_dir)
-    if tier.weight_dtype is not None:  # the artifact's precision, unless the caller sets one
-        options.setdefault("weight_dtype", tier.weight_dtype)
+    if options.get("weight_dtype") is None:  # the artifact's precision, unless the caller's
+        options["weight_dtype"] = tier.weight_dtype
     return LlamaModel(
         tier.shape,
         tier.state,

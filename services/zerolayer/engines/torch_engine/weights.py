@@ -59,10 +59,10 @@ class Proj:
             x = F.hardshrink(x, self.threshold)  # zero where |x| <= threshold, one op
         w = self.weight
         if w.dtype != x.dtype:  # lower-precision weights: the product in theirs, kept in x's
-            return self._narrow(x.to(w.dtype)).to(x.dtype)
-        return self._narrow(x)
+            return self._product(x.to(w.dtype)).to(x.dtype)
+        return self._product(x)
 
-    def _narrow(self, x: torch.Tensor) -> torch.Tensor:
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:  # the weight is stored transposed
             return x @ self.weight
         if self.sparse is not None and x.shape[0] >= self.min_tokens:
