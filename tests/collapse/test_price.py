@@ -109,6 +109,8 @@ def test_a_torch_tier_is_measured_and_priced(
     assert set(rows) == {"1", "2"}
     assert all(r["tokens_per_s"] > 0 and r["p99_itl_ms"] > 0 for r in rows.values())
     assert out["prefill_tokens_per_s"] > 0 and out["hardware_class"] == "cpu-2"
+    # what the replica computed in, and on which processor (a class spans several)
+    assert out["weight_dtype"] == "float32" and out["processor"]
     objective = out["objective"]
     assert objective["p99_itl_ms"] == 250.0 and objective["streams"] in (1, 2)
     tps = out["tokens_per_s"]["objective"]

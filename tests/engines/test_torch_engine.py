@@ -299,7 +299,7 @@ def test_a_bfloat16_dynamic_artifact_is_judged_as_the_engine_runs_it(
             assert torch.equal(w, w.bfloat16().float()) and not torch.equal(w, before)
             judged = dense(torch.tensor([ids]), use_cache=False).logits[0]
     assert torch.equal(layer.mlp.up_proj.weight, before)
-    model = load_llama(model_dir, artifact="dynamic", artifact_dir=tmp_path)
+    model = load_llama(model_dir, artifact="dynamic", artifact_dir=tmp_path, narrow="always")
     assert model.report.weight_dtype == "bfloat16"
     cache = SlotCache(model.shape, torch.float32, model.device, 512)
     cache.ensure(1, len(ids))
@@ -495,7 +495,7 @@ def test_bfloat16_weights_keep_the_tokens_in_both_decode_paths(
     from zerolayer.engines.torch_engine import SlotCache, load_llama
 
     full = load_llama(model_dir)
-    half = load_llama(model_dir, weight_dtype=torch.bfloat16)
+    half = load_llama(model_dir, weight_dtype=torch.bfloat16, narrow="always")
     assert half.report.weight_dtype == "bfloat16" and half._layers_c is not None
     assert half.layers[0].down.weight.dtype == torch.bfloat16
     assert half.head is not None and half.head.weight.dtype == torch.bfloat16
@@ -521,6 +521,29 @@ def test_bfloat16_weights_keep_the_tokens_in_both_decode_paths(
         assert fast_tokens == slow_tokens
         assert torch.allclose(fast, slow, atol=0.5, rtol=0), float((fast - slow).abs().max())
         assert fast_tokens == steps(full, True, prompt)[0]
+
+
+def test_bfloat16_weights_only_where_the_cpu_multiplies_in_bfloat16(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU without AVX-512 BF16 or AMX emulates bfloat16 products (tens of times slower than
+    float32): there the artifact's bfloat16 weights are served in float32 and the engine says
+    why; with either unit they stay bfloat16."""
+    from zerolayer.engines.torch_engine import load_llama
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    for unit in probes:
+        for probe in probes:
+            monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
+        without = load_llama(model_dir, weight_dtype=torch.bfloat16)
+        assert without.report.weight_dtype == "float32"
+        assert without.layers[0].down.weight.dtype == torch.float32 and without.head is None
+        assert "no bfloat16 products" in without.report.weight_note
+        monkeypatch.setattr(torch.cpu, unit, lambda: True, raising=False)
+        native_model = load_llama(model_dir, weight_dtype=torch.bfloat16)
+        assert native_model.report.weight_dtype == "bfloat16", unit
+        assert native_model.layers[0].down.weight.dtype == torch.bfloat16
+        assert native_model.report.weight_note == ""
 
 
 def test_streamed_text_is_the_whole_decode(model_dir: Path) -> None:

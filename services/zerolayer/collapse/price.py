@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Any
 
 from zerolayer.engines.timing import tagged, timed_request
@@ -105,6 +106,7 @@ async def _measure(engine: Any, tokenizer: Any, streams: list[int], tokens: int)
             batch = long[k : k + PREFILL_AT_ONCE]
             await asyncio.gather(*(timed_request(engine, ids, 1, fresh=True) for ids in batch))
         prefill = sum(len(p) for p in long) / (time.perf_counter() - t0)
+        info = engine.info()
     finally:
         await engine.shutdown()
     import torch
@@ -113,7 +115,28 @@ async def _measure(engine: Any, tokenizer: Any, streams: list[int], tokens: int)
         "streams": rows,
         "prefill_tokens_per_s": round(prefill, 3),
         "gpu": bool(torch.cuda.is_available()),
+        # what the replica computed in on this machine (a bfloat16 artifact serves float32 on a
+        # CPU without bfloat16 products), and the processor: one class spans several
+        "weight_dtype": info.get("weight_dtype", info.get("dtype")),
+        "processor": _processor(),
     }
+
+
+def _processor() -> str:
+    """The CPU's model name (or the GPU's), as the operating system reports it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 def _worker(spec: dict[str, Any]) -> None:
@@ -229,6 +252,8 @@ def price_tiers(
             "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "measured_by": measured_by,
             "tokens": tokens,
+            "weight_dtype": got.get("weight_dtype"),
+            "processor": got.get("processor"),
             "tokens_per_s": {
                 "1": rows[min(rows)]["tokens_per_s"],
                 str(max(rows)): rows[max(rows)]["tokens_per_s"],

@@ -329,6 +329,7 @@ class TorchEngine:
             "device": r.device,
             "dtype": r.dtype,
             "weight_dtype": r.weight_dtype,
+            "weight_note": r.weight_note,
             "hardware_sparsity": r.sparse24_hardware,
             "sparsity_note": r.sparse24_note,
             "offload": r.offloaded_layers > 0,

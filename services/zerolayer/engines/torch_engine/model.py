@@ -32,7 +32,13 @@ from zerolayer.engines.torch_engine.cache import SlotCache
 from zerolayer.engines.torch_engine.checkpoint import Shape, read_tier
 from zerolayer.engines.torch_engine.kernels import SparseInputKernel
 from zerolayer.engines.torch_engine.probe import Probe
-from zerolayer.engines.torch_engine.weights import Layer, LayerStore, Proj, sparse_hw_available
+from zerolayer.engines.torch_engine.weights import (
+    Layer,
+    LayerStore,
+    Proj,
+    narrow_products,
+    sparse_hw_available,
+)
 
 __all__ = ["LoadReport", "LlamaModel", "Prompt", "load_llama"]
 
@@ -94,6 +100,7 @@ class LoadReport:
     device: str = "cpu"
     dtype: str = "float32"
     weight_dtype: str = "float32"
+    weight_note: str = ""
     mlp_widths: list[int] = field(default_factory=list)
     sparse24_units: int = 0
     sparse24_hardware: bool = False
@@ -124,6 +131,7 @@ class LlamaModel:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         weight_dtype: torch.dtype | None = None,
+        narrow: str = "native",
         max_len: int = 2048,
         thresholds: dict[tuple[int, str], float] | None = None,
         sparse_units: set[tuple[int, str]] | None = None,
@@ -140,8 +148,17 @@ class LlamaModel:
         self.report = report or LoadReport()
         self.report.device, self.report.dtype = str(self.device), str(dtype).replace("torch.", "")
         # the projections' and the output layer's weights (embeddings, norms, the KV cache and
-        # the residual stream stay in dtype)
+        # the residual stream stay in dtype); narrower than dtype only where the device computes
+        # products in them at its own rate (narrow="native"), or always (narrow="always": tests
+        # of the narrow path on any machine)
         wdtype = weight_dtype or dtype
+        why = narrow_products(self.device, wdtype) if wdtype != dtype else ""
+        if why and narrow != "always":
+            self.report.weight_note = (
+                f"{str(wdtype).replace('torch.', '')} weights served in "
+                f"{str(dtype).replace('torch.', '')}: {why}"
+            )
+            wdtype = dtype
         self.report.weight_dtype = str(wdtype).replace("torch.", "")
         self.report.mlp_widths = list(shape.widths)
         thresholds = thresholds or {}
