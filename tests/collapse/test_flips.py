@@ -107,6 +107,8 @@ def test_the_dense_model_flips_nothing_and_a_damaging_cut_flips_answers(
     same = fe.evaluate()
     assert same["flips"] == 0.0 and same["overall"] == 0.0
     assert all(v["kl"] < 1e-4 for v in same["domains"].values())
+    # every dense token is the dense model's own first choice
+    assert same["agreement"] == 1.0 and all(v["agreement"] == 1.0 for v in same["domains"].values())
     assert same["confidence"]["auc"] is None  # nothing changed: nothing to predict
     layers = decoder_layers(dense)
     thresholds = [0.05] * len(layers)
@@ -117,6 +119,9 @@ def test_the_dense_model_flips_nothing_and_a_damaging_cut_flips_answers(
     worst = hurt["worst_domain"]
     assert hurt["flips"] == max(v["flips"] for v in hurt["domains"].values())
     assert hurt["kl"] == hurt["domains"][worst]["kl"] > 0.01
+    # a changed answer disagrees somewhere: fewer tokens ranked first than the dense model's
+    assert 0.0 < hurt["agreement"] < 1.0
+    assert min(v["agreement"] for v in hurt["domains"].values()) <= hurt["agreement"]
     signals = hurt["confidence"]["signals"]
     assert set(signals) == {"entropy", "margin", "silence"}
     # the dense model is unchanged after the cut's body

@@ -278,7 +278,8 @@ def _cmd_flips(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         conf = f["confidence"]
         print(
             f"{tier:9s} flips {f['flips']:6.1%} on {f['worst_domain']} (all domains "
-            f"{f['overall']:.1%}), kl {f['kl']:.4f}; confidence AUC "
+            f"{f['overall']:.1%}), kl {f['kl']:.4f}, tokens agreeing "
+            f"{f.get('agreement', 0.0):.1%}; confidence AUC "
             + ", ".join(f"{k} {v['auc']}" for k, v in conf["signals"].items())
         )
         if args.write_cards:

@@ -230,10 +230,11 @@ class FlipEvaluator:
         answer: list[int],
         dense_logp: torch.Tensor,
         reference: dict[str, Any] | None,
-    ) -> tuple[float, dict[str, float]]:
+    ) -> tuple[float, int, dict[str, float]]:
         """One prompt through the tier, reading the dense answer: the KL summed over the
-        answer's tokens and the prompt's confidence signals (silence only with a reference
-        that has calibrated shares for every layer)."""
+        answer's tokens, how many of them the tier also ranks first (what a draft by the tier
+        would get accepted by the dense model, token by token), and the prompt's confidence
+        signals (silence only with a reference that has calibrated shares for every layer)."""
         thresholds = list((reference or {}).get("thresholds") or [])
         calibrated = list((reference or {}).get("sparsity") or [])
         silence = bool(thresholds) and len(calibrated) == len(thresholds)
@@ -243,6 +244,7 @@ class FlipEvaluator:
             logp, nxt = self._logprobs(tier, prompt, answer)
         p_ref = dense_logp.float()
         kl = float((p_ref.exp() * (p_ref - logp)).sum())
+        agree = int((logp.argmax(dim=-1) == torch.tensor(answer)).sum()) if answer else 0
         probs = nxt.exp()
         top = probs.topk(2).values
         signals = {
@@ -256,7 +258,7 @@ class FlipEvaluator:
                 if want is not None
             ]
             signals["silence"] = sum(dev) / max(1, len(dev))
-        return kl, signals
+        return kl, agree, signals
 
     @torch.no_grad()
     def evaluate(
@@ -280,18 +282,20 @@ class FlipEvaluator:
             for d, prompts in bar(list(self.prompts.items()), desc=desc, disable=not self.progress):
                 ref = dense[d]
                 answers = greedy(tier, prompts, self.tokens, self.eos)
-                flips, kl_sum, kl_n = 0, 0.0, 0
+                flips, kl_sum, kl_n, agree = 0, 0.0, 0, 0
                 for p, a, ra, rl in zip(prompts, answers, ref.answers, ref.logprobs, strict=True):
-                    kl, signals = self._read(tier, p, ra, rl, reference)
+                    kl, same, signals = self._read(tier, p, ra, rl, reference)
                     flips += int(a != ra)
                     labels.append(int(a != ra))
-                    kl_sum, kl_n = kl_sum + kl, kl_n + len(ra)
+                    kl_sum, kl_n, agree = kl_sum + kl, kl_n + len(ra), agree + same
                     for name, value in signals.items():
                         scores[name].append(value)
                 domains[d] = {
                     "prompts": len(prompts),
                     "flips": round(flips / len(prompts), 4),
                     "kl": round(kl_sum / max(1, kl_n), 6),
+                    "agreement": round(agree / max(1, kl_n), 4),
+                    "tokens": kl_n,
                 }
         worst = max(domains, key=lambda d: (domains[d]["flips"], domains[d]["kl"]))
         total = sum(v["prompts"] for v in domains.values())
@@ -308,6 +312,12 @@ class FlipEvaluator:
             "kl": domains[worst]["kl"],
             "worst_domain": worst,
             "overall": round(sum(labels) / max(1, total), 4),
+            # share of the dense answers' tokens the tier ranks first too (all domains)
+            "agreement": round(
+                sum(v["agreement"] * v["tokens"] for v in domains.values())
+                / max(1, sum(v["tokens"] for v in domains.values())),
+                4,
+            ),
             "domains": domains,
             "confidence": {
                 "best": best,
