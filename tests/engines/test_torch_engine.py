@@ -684,10 +684,12 @@ def test_prompts_prefilled_in_one_pass_equal_each_prefilled_alone(
     for j, single in enumerate(singles):
         assert torch.allclose(many[j], single, atol=1e-4), float((many[j] - single).abs().max())
         assert int(many[j].argmax()) == int(single.argmax())
+    # float32 rounding only: another BLAS blocking (an AVX2 CPU's) puts keys of magnitude ~20
+    # up to 2.4e-5 apart; a wrong position or slot would put them units apart
     for j, p in enumerate(prompts):
         assert all(
-            torch.allclose(joint.k[i][j, :, : p.end], alone.k[i][j, :, : p.end], atol=1e-5)
-            and torch.allclose(joint.v[i][j, :, : p.end], alone.v[i][j, :, : p.end], atol=1e-5)
+            torch.allclose(joint.k[i][j, :, : p.end], alone.k[i][j, :, : p.end], atol=1e-4)
+            and torch.allclose(joint.v[i][j, :, : p.end], alone.v[i][j, :, : p.end], atol=1e-4)
             for i in layers
         )
 
