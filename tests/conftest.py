@@ -26,9 +26,13 @@ from zerolayer.store.embedded import EmbeddedRedis
 from zerolayer.tokenfix.prompt import PromptBuilder
 from zerolayer.tokenfix.service import Tokenfix
 
+# two domains (the chat domain would have the model answer a hundred prompts first): every
+# measurement of a build runs over each domain's windows
+TINY_DOMAINS = ("docs", "zh")
 # collapse build settings small enough for tests (the real ones take tens of minutes)
 TINY_COLLAPSE: dict[str, Any] = {
-    "samples": 4,  # one calibration window per domain
+    "domains": list(TINY_DOMAINS),
+    "samples": 4,  # two calibration windows per domain
     "seq_len": 64,
     "validation_samples": 1,
     "eval_samples": 2,
@@ -38,11 +42,9 @@ TINY_COLLAPSE: dict[str, Any] = {
     "dynamic_levels": [0.7],
     "input_levels": {"attn": [0.5], "gate_up": [0.2], "qkv": [0.2], "head": [0.2]},
     "flip_prompts": 3,
+    "flip_tokens": 12,
     "price_after_build": False,
 }
-
-
-TINY_DOMAINS = ("docs", "code", "legal", "zh")
 
 
 def _tiny_settings() -> Any:
@@ -166,7 +168,6 @@ def tiny_build(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         root = tmp_path_factory.mktemp("artifacts")
         out = root / "smollm2-135m"
         corpora = tmp_path_factory.mktemp("build-corpora")
-        # four domains (the chat domain would have the model answer a hundred prompts first)
         domains = standard_corpora(model_dir, corpora, TINY_DOMAINS)
         builder = Builder(model_dir, out, domains, _tiny_settings(), "smollm2-135m")
         cards = build(builder, ["pruned", "dynamic", "sparse24"])  # pruned brings masked along

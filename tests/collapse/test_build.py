@@ -90,7 +90,7 @@ def test_cards_count_changed_answers_on_every_domain(built: dict[str, Any]) -> N
         assert all(v["prompts"] == TINY_COLLAPSE["flip_prompts"] for v in f["domains"].values())
         assert f["flips"] == f["domains"][f["worst_domain"]]["flips"], tier
         assert f["flips"] == max(v["flips"] for v in f["domains"].values()), tier
-        assert f["tokens"] == 32 and card["flip_budget"] is None
+        assert f["tokens"] == TINY_COLLAPSE["flip_tokens"] and card["flip_budget"] is None
         conf = f["confidence"]
         assert conf["prompts"] == len(TINY_DOMAINS) * TINY_COLLAPSE["flip_prompts"]
         assert conf["flipped"] == round(f["overall"] * conf["prompts"]), tier
@@ -148,7 +148,8 @@ def test_the_flips_command_counts_built_tiers_onto_their_cards(
         "ZEROLAYER_CACHE_DIR": str(model_dir.parent.parent),
         "ZEROLAYER_ARTIFACTS_DIR": str(root),
     }
-    args = ["--tiers", "masked,dynamic", "--flip-prompts", "2", "--domains", "docs,zh"]
+    args = ["--tiers", "masked,dynamic", "--flip-prompts", "2", "--flip-tokens", "12"]
+    args += ["--domains", "docs,zh"]
     run = zerolayer("collapse", "flips", *args, "--out", str(tmp_path), env=env)
     assert run.returncode == 0, run.stderr
     assert "masked " in run.stdout and "dynamic " in run.stdout and "AUC" in run.stdout

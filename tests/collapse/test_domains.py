@@ -111,3 +111,14 @@ def test_labelled_windows_name_their_domain() -> None:
     parts = [Corpus(f"{c}", "s", "l", {"x": c * 400}, domain=c) for c in "abcdef"]
     few = labelled_windows(_Chars(), mixed_corpus([(p, 1.0) for p in parts], "six"), 4, 10)
     assert [d for d, _ in few] == ["a", "b", "c", "d"]
+
+
+def test_the_configured_domains_are_the_standard_ones_and_checked() -> None:
+    from pydantic import ValidationError
+    from zerolayer.config import CollapseConfig
+
+    assert tuple(CollapseConfig().domains) == dom.STANDARD_DOMAINS  # all of them by default
+    assert CollapseConfig(domains=["zh", "docs"]).domains == ["zh", "docs"]
+    for wrong in ([], ["klingon"]):
+        with pytest.raises(ValidationError):
+            CollapseConfig(domains=wrong)

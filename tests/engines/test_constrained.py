@@ -157,8 +157,8 @@ def test_logprobs_equal_a_transformers_forward_of_the_tier(
 
 
 @pytest.mark.slow
-def test_a_hundred_random_schemas_give_answers_that_validate(model_dir: Path, prompts: Any) -> None:
-    schemas = draw_schemas(100, seed=41)
+def test_forty_random_schemas_give_answers_that_validate(model_dir: Path, prompts: Any) -> None:
+    schemas = draw_schemas(40, seed=41)
     for s in schemas:  # the gateway would send each of them on
         check_schema(s, "schema")
     specs = []

@@ -16,7 +16,7 @@ from tests.gateway.conftest import Gateway, GatewayFactory, plan
 
 pytestmark = pytest.mark.slow  # seconds of load or faults per test
 
-EXAMPLES = 30  # per operation and mode
+EXAMPLES = 15  # per operation and mode
 BODIES = {
     "POST /v1/chat/completions",
     "POST /v1/completions",

@@ -78,8 +78,12 @@ def test_a_tier_scales_out_under_load_and_back_with_the_charts_autoscaling(
     from ray import serve
     from ray.serve.handle import DeploymentHandle
 
-    scaling = AutoscalingConfig.model_validate(rendered_autoscaling(render))
-    assert scaling.min_replicas == 1 and scaling.max_replicas >= 2
+    chart = AutoscalingConfig.model_validate(rendered_autoscaling(render))
+    assert chart.min_replicas == 1 and chart.max_replicas >= 2
+    assert chart.downscale_delay_s >= chart.upscale_delay_s
+    # the chart's bounds, target and scale-out delay as rendered; its scale-in delay (90 s, a
+    # plain timer in Serve's autoscaler) shortened so the test waits seconds for the way back
+    scaling = chart.model_copy(update={"downscale_delay_s": min(chart.downscale_delay_s, 10.0)})
     served = base_config.models[MODEL].tiers[TIER]
     tc = FakeTier(
         engine="fake",

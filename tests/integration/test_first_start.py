@@ -10,7 +10,6 @@ The tests run in file order over one cache: the first start, then the second."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import TEST_CACHE, TINY_COLLAPSE, setup_budget
+from tests.conftest import TINY_COLLAPSE, setup_budget
 from tests.integration.up import Up, platform_dir, wait
 
 pytestmark = pytest.mark.integration
@@ -30,8 +29,6 @@ TIERS = {"baseline": {"artifact": "dense"}, "dynamic": {"artifact": "dynamic"}}
 @pytest.fixture(scope="module")
 def up(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     cache = tmp_path_factory.mktemp("first-cache")
-    if (TEST_CACHE / "corpora").exists():  # the chat corpus the model wrote (derived, like it)
-        shutil.copytree(TEST_CACHE / "corpora", cache / "corpora")
     platform = platform_dir(
         tmp_path_factory.mktemp("first") / "platform", model_dir, TIERS, collapse=TINY_COLLAPSE
     )
@@ -121,6 +118,8 @@ def test_the_next_start_builds_it_again_and_it_joins_without_a_restart(up: Up) -
     assert up.proc is not None and up.proc.pid == pid and up.proc.poll() is None  # same process
     listed = models(up, key)["smollm2-135m:dynamic"]
     assert listed["tier_card"]["quality"] == json.loads(card(up).read_text())["quality"]
+    # built on the domains models.yaml names (collapse.domains), not every standard one
+    assert json.loads(card(up).read_text())["domains"] == TINY_COLLAPSE["domains"]
     r = chat(up, key, "dynamic")
     assert r.status_code == 200 and r.json()["model"] == "smollm2-135m:dynamic"
     streamed = chat(up, key, "dynamic", stream=True)

@@ -132,7 +132,8 @@ class Builder:
             prompts = heldout_prompts(
                 self.tokenizer, self.evaluation, self.s.flip_prompts, self.s.seed
             )
-            self._flips = FlipEvaluator(self.model, prompts, eos_ids(self.model, self.tokenizer))
+            eos = eos_ids(self.model, self.tokenizer)
+            self._flips = FlipEvaluator(self.model, prompts, eos, self.s.flip_tokens)
         return self._flips
 
     def confirm(

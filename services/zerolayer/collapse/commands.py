@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,13 @@ def artifacts_dir(cfg: PlatformConfig, model: str) -> Path:
 
 
 def _corpora(args: argparse.Namespace, cfg: PlatformConfig) -> Any:
-    """The standard domains (--domains, default all) plus the user's files as one more domain
-    (--corpus: calibration text; --eval-corpus: held-out text) and, with --from-traffic, the
-    prompts kept from opted-in keys as the traffic domain."""
-    from zerolayer.collapse.domains import STANDARD_DOMAINS, standard_corpora, user_domain
+    """The standard domains (--domains, default the model's collapse.domains) plus the user's
+    files as one more domain (--corpus: calibration text; --eval-corpus: held-out text) and,
+    with --from-traffic, the prompts kept from opted-in keys as the traffic domain."""
+    from zerolayer.collapse.domains import standard_corpora, user_domain
     from zerolayer.models.importer import ensure_model
 
-    domains = STANDARD_DOMAINS
+    domains: Sequence[str] = cfg.models[args.model or cfg.default_model].collapse.domains
     if getattr(args, "domains", None) is not None:
         domains = tuple(d for d in args.domains.split(",") if d)
     extra = [user_domain(getattr(args, "corpus", None), getattr(args, "eval_corpus", None))]
@@ -171,7 +172,7 @@ def _settings(args: argparse.Namespace, cfg: PlatformConfig) -> CollapseConfig:
     """build_settings from the flags this subcommand has, and the model it names."""
     if args.model is None:
         args.model = cfg.default_model
-    names = ("samples", "eval_samples", "seq_len", "seed", "quantile", "flip_prompts")
+    names = "samples eval_samples seq_len seed quantile flip_prompts flip_tokens".split()
     return build_settings(cfg, args.model, **{n: getattr(args, n, None) for n in names})
 
 
@@ -267,7 +268,7 @@ def _cmd_flips(args: argparse.Namespace, cfg: PlatformConfig) -> int:
         raise SystemExit(f"no built artifact of {', '.join(tiers)} under {root}")
     model, tok, model_dir = _load(cfg, args.model)
     prompts = heldout_prompts(tok, _corpora(args, cfg).evaluation, s.flip_prompts, s.seed)
-    flipper = FlipEvaluator(model, prompts, eos_ids(model, tok), progress=True)
+    flipper = FlipEvaluator(model, prompts, eos_ids(model, tok), s.flip_tokens, progress=True)
     figures: dict[str, Any] = {}
     for tier in built:
         card = read_card(root / tier)
@@ -470,12 +471,21 @@ def add_parser(sub: Any, with_config: Any) -> None:
         dest="sub", required=True
     )
 
+    def domains(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--domains",
+            default=None,
+            help="standard domains, comma-separated (default: the model's collapse.domains, all "
+            "six unless models.yaml says otherwise: docs,code,chat,legal,zh,fr; '' none)",
+        )
+
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--model", default=None, help="model name from platform/models.yaml (its default)"
         )
         p.add_argument("--seq-len", type=int, default=None, help="tokens per sample")
         p.add_argument("--seed", type=int, default=None, help="seed of the window choice")
+        domains(p)
 
     cal = col.add_parser("calibrate", help="measure activations into a silence map")
     common(cal)
@@ -532,11 +542,7 @@ def add_parser(sub: Any, with_config: Any) -> None:
     bd.add_argument("--samples", type=int, default=None, help="calibration samples (models.yaml)")
     bd.add_argument("--eval-samples", type=int, default=None, help="evaluation samples")
     bd.add_argument("--seq-len", type=int, default=None, help="tokens per sample")
-    bd.add_argument(
-        "--domains",
-        default=None,
-        help="standard domains, comma-separated (default: docs,code,chat,legal,zh,fr; '' none)",
-    )
+    domains(bd)
     bd.add_argument(
         "--corpus", nargs="*", default=None, help="your own text files: one more domain"
     )
@@ -572,7 +578,6 @@ def add_parser(sub: Any, with_config: Any) -> None:
     vf.add_argument(
         "--artifact", default=None, help="artifact folder (default <artifacts>/MODEL/TIER)"
     )
-    vf.add_argument("--domains", default=None, help="standard domains, comma-separated")
     vf.add_argument("--eval-samples", type=int, default=None, help="windows per domain")
     vf.add_argument("--corpus", nargs="*", default=None, help="your own text: one more domain")
     vf.add_argument("--eval-corpus", nargs="*", default=None, help="your own held-out text")
@@ -593,7 +598,7 @@ def add_parser(sub: Any, with_config: Any) -> None:
     common(fl)
     fl.add_argument("--tiers", default="masked,pruned,dynamic,sparse24", help="comma-separated")
     fl.add_argument("--flip-prompts", type=int, default=None, help="prompts per domain")
-    fl.add_argument("--domains", default=None, help="standard domains, comma-separated")
+    fl.add_argument("--flip-tokens", type=int, default=None, help="answer tokens compared")
     fl.add_argument(
         "--no-write-cards",
         dest="write_cards",
@@ -621,7 +626,6 @@ def add_parser(sub: Any, with_config: Any) -> None:
     common(pr)
     pr.add_argument("tier", help="artifact kind: masked, pruned, dynamic or sparse24")
     pr.add_argument("--candidate", required=True, help="the candidate's folder (`build` made it)")
-    pr.add_argument("--domains", default=None, help="standard domains, comma-separated")
     pr.add_argument("--eval-samples", type=int, default=None, help="windows per domain")
     pr.add_argument(
         "--traffic-prompts", type=int, default=256, help="most kept prompts used (a sample)"

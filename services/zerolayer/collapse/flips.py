@@ -6,9 +6,10 @@ of the collapse corpora, held-out prompts: for the chat domain, chat-style quest
 model's chat template (the evaluation split of collapse.chat's prompts and QUESTIONS below,
 none of them ever calibrated on); for every other domain, continuations: PROMPT_TOKENS-token
 windows drawn from the domain's evaluation part (text calibration never reads). Each is
-answered greedily for FLIP_TOKENS tokens by the dense model and by the tier. A flip is a prompt
-whose answers differ anywhere in those tokens (an answer ends at its end-of-sequence token); the
-mean KL(dense || tier) is over the dense answer's tokens, the tier reading the dense answer.
+answered greedily for FLIP_TOKENS tokens (the collapse setting flip_tokens) by the dense model
+and by the tier. A flip is a prompt whose answers differ anywhere in those tokens (an answer
+ends at its end-of-sequence token); the mean KL(dense || tier) is over the dense answer's
+tokens, the tier reading the dense answer.
 
 Per prompt, the tier's own confidence signals, from its prefill of the prompt alone (what a
 replica would know before it answers):
@@ -277,6 +278,7 @@ class FlipEvaluator:
         tier = model or self.model
         domains: dict[str, Any] = {}
         labels: list[int] = []
+        agreed = 0  # dense answer tokens the tier ranks first too, all domains
         scores: dict[str, list[float]] = {s: [] for s in SIGNALS}
         with cut or nullcontext():
             for d, prompts in bar(list(self.prompts.items()), desc=desc, disable=not self.progress):
@@ -288,6 +290,7 @@ class FlipEvaluator:
                     flips += int(a != ra)
                     labels.append(int(a != ra))
                     kl_sum, kl_n, agree = kl_sum + kl, kl_n + len(ra), agree + same
+                    agreed += same
                     for name, value in signals.items():
                         scores[name].append(value)
                 domains[d] = {
@@ -313,11 +316,7 @@ class FlipEvaluator:
             "worst_domain": worst,
             "overall": round(sum(labels) / max(1, total), 4),
             # share of the dense answers' tokens the tier ranks first too (all domains)
-            "agreement": round(
-                sum(v["agreement"] * v["tokens"] for v in domains.values())
-                / max(1, sum(v["tokens"] for v in domains.values())),
-                4,
-            ),
+            "agreement": round(agreed / max(1, sum(v["tokens"] for v in domains.values())), 4),
             "domains": domains,
             "confidence": {
                 "best": best,

@@ -153,7 +153,7 @@ def _builder(cfg: PlatformConfig, model: str, events: _Events, first: str) -> An
     return Builder(
         model_dir,
         cfg.artifact_root(model),
-        standard_corpora(model_dir, corpora),
+        standard_corpora(model_dir, corpora, cfg.models[model].collapse.domains),
         cfg.models[model].collapse,
         model,
     )

@@ -3,7 +3,7 @@ the collapse compiler's settings for it (models.yaml)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -253,11 +253,22 @@ TierConfig = Annotated[
 ]
 
 
+# the collapse compiler's standard domains (collapse.domains.STANDARD_DOMAINS, in its order)
+StandardDomain = Literal["docs", "code", "chat", "legal", "zh", "fr"]
+
+
 class CollapseConfig(Strict):
     """How the collapse compiler builds a model's tiers: data sizes, search levels and each
     tier's quality budget. The one settings object of the compiler (models.yaml `collapse:`,
     CLI flags override single fields)."""
 
+    domains: list[StandardDomain] = Field(
+        default_factory=lambda: list(get_args(StandardDomain)),
+        min_length=1,
+        description="Standard domains whose text calibrates, steers and judges the cuts (a "
+        "domain whose text is not on the machine is left out, saying so); the budget holds on "
+        "the worst of them",
+    )
     samples: int = Field(
         default=100, ge=1, description="Calibration samples (all domains, in equal shares)"
     )
@@ -296,10 +307,18 @@ class CollapseConfig(Strict):
         description="Held-out prompts per domain whose greedy answers the tier card compares "
         "with the dense model's (flips)",
     )
+    flip_tokens: int = Field(
+        default=32,
+        ge=1,
+        le=256,
+        description="Greedy answer tokens compared per held-out prompt: a flip is any difference "
+        "in them",
+    )
     flip_budgets: dict[str, float] = Field(
         default_factory=dict,
         description="Largest share of held-out answers that may change against dense (their "
-        "first 32 greedy tokens), on the worst domain, per tier; a tier left out holds none",
+        "first flip_tokens greedy tokens), on the worst domain, per tier; a tier left out "
+        "holds none",
     )
     # Measured on SmolLM2-135M: the torch engine with bfloat16 projections scores +0.19% on the
     # worst domain's evaluation perplexity, while a decode step runs 1.4-1.5x as fast on a CPU

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,7 @@ from zerolayer.engines.torch_engine.weights import (
     Layer,
     LayerStore,
     Proj,
+    dtype_name,
     narrow_products,
     sparse_hw_available,
 )
@@ -131,7 +132,7 @@ class LlamaModel:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         weight_dtype: torch.dtype | None = None,
-        narrow: str = "native",
+        narrow: Literal["native", "always"] = "native",
         max_len: int = 2048,
         thresholds: dict[tuple[int, str], float] | None = None,
         sparse_units: set[tuple[int, str]] | None = None,
@@ -146,7 +147,7 @@ class LlamaModel:
         self.dtype = dtype
         self.max_len = max_len
         self.report = report or LoadReport()
-        self.report.device, self.report.dtype = str(self.device), str(dtype).replace("torch.", "")
+        self.report.device, self.report.dtype = str(self.device), dtype_name(dtype)
         # the projections' and the output layer's weights (embeddings, norms, the KV cache and
         # the residual stream stay in dtype); narrower than dtype only where the device computes
         # products in them at its own rate (narrow="native"), or always (narrow="always": tests
@@ -155,11 +156,10 @@ class LlamaModel:
         why = narrow_products(self.device, wdtype) if wdtype != dtype else ""
         if why and narrow != "always":
             self.report.weight_note = (
-                f"{str(wdtype).replace('torch.', '')} weights served in "
-                f"{str(dtype).replace('torch.', '')}: {why}"
+                f"{dtype_name(wdtype)} weights served in {dtype_name(dtype)}: {why}"
             )
             wdtype = dtype
-        self.report.weight_dtype = str(wdtype).replace("torch.", "")
+        self.report.weight_dtype = dtype_name(wdtype)
         self.report.mlp_widths = list(shape.widths)
         thresholds = thresholds or {}
         sparse_units = sparse_units or set()

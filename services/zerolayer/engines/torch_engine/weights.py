@@ -12,7 +12,12 @@ import torch.nn.functional as F
 
 from zerolayer.engines.torch_engine.kernels import SparseInputKernel
 
-__all__ = ["Proj", "Layer", "LayerStore", "sparse_hw_available"]
+__all__ = ["Proj", "Layer", "LayerStore", "dtype_name", "sparse_hw_available"]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """A dtype as engine reports and tier cards write it: "bfloat16", not "torch.bfloat16"."""
+    return str(dtype).removeprefix("torch.")
 
 
 def sparse_hw_available(device: torch.device) -> bool:
@@ -34,7 +39,7 @@ def narrow_products(device: torch.device, dtype: torch.dtype) -> str:
             return "this GPU has no bfloat16 products"
         return ""
     if dtype != torch.bfloat16:
-        return f"no {str(dtype).replace('torch.', '')} products on {device.type}"
+        return f"no {dtype_name(dtype)} products on {device.type}"
     cpu = torch.cpu
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     if any(getattr(cpu, name, lambda: False)() for name in probes):
