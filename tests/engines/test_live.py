@@ -141,10 +141,11 @@ def test_garbage_input_raises_the_skip_rate_on_the_metrics(
 def test_every_card_carries_its_calibrated_reference(tiny_build: dict[str, Any]) -> None:
     dense = json.loads((tiny_build["out"] / "silence_map" / "live_reference.json").read_text())
     thresholds = _thresholds(tiny_build)
-    assert dense["thresholds"] == pytest.approx(thresholds) and dense["skip_rate"] is None
+    # the silence map's summary keeps 8 decimals (tiny thresholds are not within 1e-6 of them)
+    assert dense["thresholds"] == pytest.approx(thresholds, abs=1e-8) and dense["skip_rate"] is None
     for kind, card in tiny_build["cards"].items():
         ref = card["live_reference"]
-        assert ref["thresholds"] == pytest.approx(thresholds), kind
+        assert ref["thresholds"] == pytest.approx(thresholds, abs=1e-8), kind
         assert len(ref["sparsity"]) == len(thresholds) and ref["tokens"] > 0
         assert all(0.0 <= s <= 1.0 for s in ref["sparsity"])
         assert (ref["skip_rate"] is not None) == (kind == "dynamic"), kind
