@@ -28,6 +28,7 @@ import sysconfig
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from zerolayer.collapse.corpus import (
     CALIBRATION_MODULES,
@@ -36,6 +37,7 @@ from zerolayer.collapse.corpus import (
     files_corpus,
     pydoc_corpus,
 )
+from zerolayer.config.models import StandardDomain
 
 __all__ = [
     "PARTS",
@@ -47,7 +49,8 @@ __all__ = [
 ]
 
 PARTS = ("calibration", "validation", "evaluation")
-STANDARD_DOMAINS = ("docs", "code", "chat", "legal", "zh", "fr")
+# the names and their order are the config's (collapse.domains in models.yaml)
+STANDARD_DOMAINS: tuple[str, ...] = get_args(StandardDomain)
 # Cumulative shares of calibration and validation in a hash split; evaluation the rest.
 _SPLIT = (0.60, 0.75)
 PART_CHARS = 240_000  # each part of a domain at most (about 60k tokens of English)

@@ -290,9 +290,9 @@ class FlipEvaluator:
                     flips += int(a != ra)
                     labels.append(int(a != ra))
                     kl_sum, kl_n, agree = kl_sum + kl, kl_n + len(ra), agree + same
-                    agreed += same
                     for name, value in signals.items():
                         scores[name].append(value)
+                agreed += agree
                 domains[d] = {
                     "prompts": len(prompts),
                     "flips": round(flips / len(prompts), 4),

@@ -253,7 +253,7 @@ TierConfig = Annotated[
 ]
 
 
-# the collapse compiler's standard domains (collapse.domains.STANDARD_DOMAINS, in its order)
+# the collapse compiler's standard domains, in their order (collapse.domains.STANDARD_DOMAINS)
 StandardDomain = Literal["docs", "code", "chat", "legal", "zh", "fr"]
 
 
