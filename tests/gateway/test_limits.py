@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from zerolayer.config import usd_text
+from zerolayer.engines.base import SamplingSpec, TokenDelta
 from zerolayer.engines.fake import FakeEngine
 from zerolayer.errors import RateLimited
 from zerolayer.gateway.limits import Limiter, month_of
@@ -124,19 +127,43 @@ def test_limits_hold_across_two_gateway_replicas(make_gateway: GatewayFactory) -
     assert codes.count(200) == 5 and codes.count(429) == 3, codes
 
 
+class GatedEngine(FakeEngine):
+    """Holds every request it admits until the test opens the gate, so that every admission
+    is decided while all the admitted requests are still in flight, however slow the machine."""
+
+    def __init__(self) -> None:
+        super().__init__(SCRIPT)
+        self.gate = threading.Event()
+
+    async def generate(self, spec: SamplingSpec) -> AsyncIterator[TokenDelta]:
+        self.requests += 1
+        while not self.gate.is_set():
+            await asyncio.sleep(0.01)
+        self.requests -= 1  # counted again by the scripted reply
+        async for delta in super().generate(spec):
+            yield delta
+
+
 def test_burst_of_50_on_two_replicas_stays_within_limit_plus_one_reservation(
     make_gateway: GatewayFactory, redis_url: str
 ) -> None:
-    slow = FakeEngine(SCRIPT, delay_s=0.05)
+    held = GatedEngine()
     gw0 = make_gateway()
     prompt = len(gw0.prompts.chat(CHAT["messages"]))
     reserve = prompt + 40
     limit = 5 * reserve + reserve // 2
     plans = {"burst": plan(tokens_per_minute=limit)}
-    a = make_gateway(plans=plans, key_plan="burst", engine=slow)
-    b = make_gateway(plans=plans, key=(a.key, a.key_id), engine=slow)
+    a = make_gateway(plans=plans, key_plan="burst", engine=held)
+    b = make_gateway(plans=plans, key=(a.key, a.key_id), engine=held)
     with ThreadPoolExecutor(50) as pool:
-        results = list(pool.map(lambda i: ask((a, b)[i % 2], max_tokens=40), range(50)))
+        futures = [pool.submit(ask, (a, b)[i % 2], 40) for i in range(50)]
+        deadline = time.monotonic() + 120
+        # every request is either refused (answered) or held in the engine: all decided
+        while sum(f.done() for f in futures) + held.requests < 50:
+            assert time.monotonic() < deadline, "requests neither refused nor admitted"
+            time.sleep(0.02)
+        held.gate.set()
+        results = [f.result() for f in futures]
     codes = [r.status_code for r in results]
     admitted = codes.count(200)
     assert set(codes) <= {200, 429}, codes
