@@ -888,3 +888,56 @@ def test_batch_requests_start_into_few_rows_while_interactive_ones_run(
     during, after = asyncio.run(go())
     assert during == 2, during  # none of them ends within 60 tokens: two rows while it ran
     assert after == 8
+
+
+def test_a_long_prompt_is_prefilled_in_parts_while_other_streams_go_on(
+    model_dir: Path, prompts: Any
+) -> None:
+    """Chunked prefill: with prefill_tokens_busy 32 a prompt of about 200 tokens that comes while
+    another stream decodes is prefilled over several steps, each of which also decodes that
+    stream, so it never waits for the whole prompt; the first prompt, alone, is prefilled whole
+    (prefill_tokens); both answers are the ones each gives alone."""
+    long_text = " ".join(f"Item {i} is a fruit or a vegetable." for i in range(20))
+    long_ids = prompts.chat([{"role": "user", "content": long_text + " Which item is first?"}])
+    short_ids = prompts.chat([{"role": "user", "content": "Count from 1 to 50."}])
+    parts = -(-len(long_ids) // 32)
+    assert parts >= 5, len(long_ids)
+
+    async def go() -> tuple[list[int], list[int], int, dict[str, int]]:
+        engine = TorchEngine(
+            str(model_dir), max_model_len=512, prefill_tokens=1024, prefill_tokens_busy=32
+        )
+        await engine.start()
+        try:
+            short: list[int] = []
+            seen: list[int] = []
+
+            async def stream() -> None:
+                async for d in engine.generate(SamplingSpec("s", short_ids, 60, 0.0)):
+                    short.extend(d.token_ids)
+
+            running = asyncio.ensure_future(stream())
+            while len(short) < 3:
+                await asyncio.sleep(0.005)
+            before = len(short)
+            long_tokens: list[int] = []
+            async for d in engine.generate(SamplingSpec("l", long_ids, 8, 0.0)):
+                if not long_tokens:
+                    seen.append(len(short) - before)  # the short stream's tokens meanwhile
+                long_tokens.extend(d.token_ids)
+            await running
+            return short, long_tokens, seen[0], dict(engine.counters)
+        finally:
+            await engine.shutdown()
+
+    short, long_tokens, meanwhile, counters = asyncio.run(go())
+    # every part of the long prompt but its last (the short one's is whole); it starts after
+    # the blocks it shares with the short one's prompt (the chat template's system prompt)
+    long_parts = -(-(len(long_ids) - counters["prefix_hits"]) // 32)
+    assert counters["prefill_chunks"] == long_parts - 1, (counters, parts)
+    assert counters["prefills"] == 2
+    assert meanwhile >= long_parts - 1, (meanwhile, long_parts)
+    whole = _run(TorchEngine(str(model_dir), max_model_len=512), _greedy_specs([long_ids], 8))
+    assert long_tokens == whole[0][0]
+    alone = _run(TorchEngine(str(model_dir), max_model_len=512), _greedy_specs([short_ids], 60))
+    assert short == alone[0][0]

@@ -219,8 +219,9 @@ class TorchTier(_Tier):
     )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
-        description="Further TorchEngine keyword arguments (prefill_tokens, offload_layers, "
-        "...), passed as given; they override zerolayer's own",
+        description="Further TorchEngine keyword arguments (prefill_tokens, "
+        "prefill_tokens_busy, offload_layers, ...), passed as given; they override "
+        "zerolayer's own",
     )
 
 

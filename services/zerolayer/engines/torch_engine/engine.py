@@ -1,11 +1,15 @@
 """zerolayer's own engine: the torch Llama (model.py) behind the engine protocol.
 
 One worker thread owns the model and runs a continuous-batching loop: each step first prefills
-waiting requests (up to a token budget, at least one; all of them in one forward pass, the
-projections and MLPs over all their tokens at once), then decodes one token for every running
-sequence in a single batched forward. Keys and values stay in a slot cache, one slot per running
-sequence; finished sequences give their slot to the last one, so running slots are always 0..n-1.
-Tokens reach each request's async iterator through its event loop as soon as they are sampled.
+at most prefill_tokens prompt tokens, prefill_tokens_busy while any stream is decoding (the rest
+of prompts begun in earlier steps first, then waiting requests; all of them in one forward pass,
+the projections and MLPs over all their tokens at once), then decodes one token for every
+running sequence whose prompt is all in, in a single batched forward. A prompt longer than what
+is left of the step's budget is prefilled in parts over several steps (chunked prefill): the
+streams already decoding wait at most one budget of prefill for their next token.
+Keys and values stay in a slot cache, one slot per running sequence; finished sequences give
+their slot to the last one, so running slots are always 0..n-1. Tokens reach each request's
+async iterator through its event loop as soon as they are sampled.
 Admission is bounded by max_num_seqs and by the KV cache budget (each request's prompt plus
 max_tokens is reserved up front, so no running sequence is ever pre-empted for memory). Waiting
 interactive requests start before waiting batch requests (SamplingSpec.priority). Batch
@@ -87,7 +91,8 @@ class _Request:
     emitted: int = 0  # characters of it sent (the rest may be the start of a stop string)
     prefix_at: int = 0  # incremental detokenizing: output[prefix_at:read_at] is decoded context
     read_at: int = 0
-    position: int = 0  # tokens in the cache
+    position: int = 0  # tokens in the cache (under the prompt's length: still prefilling)
+    names: list[bytes] = field(default_factory=list)  # the prompt's block names (prefix cache)
     cached: int = 0  # prompt tokens read from the prefix cache
     cancelled: bool = False
     finished: bool = False
@@ -97,6 +102,11 @@ class _Request:
 
     def worst_length(self) -> int:
         return len(self.spec.prompt_token_ids) + self.spec.max_tokens
+
+    @property
+    def prefilling(self) -> bool:
+        """Part of its prompt is still to be prefilled (chunked prefill)."""
+        return self.position < len(self.spec.prompt_token_ids)
 
     def send(self, item: Any) -> None:
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
@@ -119,6 +129,7 @@ class TorchEngine:
         kv_cache_gib: float = 2.0,
         threads: int | None = None,
         prefill_tokens: int = 1024,
+        prefill_tokens_busy: int | None = None,
         device_budget_gib: float | None = None,
         offload_layers: int | None = None,
         sparse_min_tokens: int = 256,
@@ -149,6 +160,11 @@ class TorchEngine:
         self.prefix: PrefixCache | None = None
         self.threads = threads
         self.prefill_tokens = prefill_tokens
+        # the most a step prefills while streams are decoding (None: 128 on a CPU, where a
+        # token of prefill costs about what a token of decode does; prefill_tokens on a GPU)
+        if prefill_tokens_busy is None:
+            prefill_tokens_busy = prefill_tokens if self.device.type == "cuda" else 128
+        self.prefill_tokens_busy = min(prefill_tokens, prefill_tokens_busy)
         # rows batch requests may start into while interactive ones run or wait (module doc)
         self.batch_rows_busy = batch_rows_busy
         self._burst = False  # this step prefilled interactive prompts (_decoding)
@@ -176,6 +192,7 @@ class TorchEngine:
             "steps": 0,
             "prefills": 0,
             "prefill_passes": 0,  # forward passes that ran them (several prompts at once)
+            "prefill_chunks": 0,  # parts of prompts prefilled in a step before their last part
             "generated": 0,
             "max_batch": 0,
             "masks": 0,  # grammar masks computed (rows; a token the grammar takes needs none)
@@ -461,7 +478,10 @@ class TorchEngine:
             self._live[phase] = Probe.merge(self._live.get(phase), counts)
 
     def _admit(self, waiting: list[_Request], running: list[_Request], cache: Any) -> None:
-        budget = self.prefill_tokens
+        # every stream already decoding waits for this step's prefill: while there is one, the
+        # step prefills less (chunked prefill)
+        decoding = any(not r.prefilling for r in running)
+        budget = self.prefill_tokens_busy if decoding else self.prefill_tokens
         for r in waiting:
             if r.cancelled and r.saved is not None:
                 self._unsave(r)
@@ -477,8 +497,15 @@ class TorchEngine:
             self._preempt(running, waiting, cache, low_most)
         # interactive first (a stable sort: arrival order within a priority, pre-empted first)
         waiting[:] = sorted((r for r in waiting if not r.cancelled), key=lambda r: r.spec.priority)
-        fresh: list[tuple[_Request, list[bytes], Prompt]] = []  # prefilled together below
-        coming: set[bytes] = set()  # the blocks their pass computes
+        fresh: list[tuple[_Request, Prompt]] = []  # prefilled together below
+        coming: set[bytes] = set()  # the blocks their passes compute, this step or later
+        # prompts prefilled in part go on first, oldest first (chunked prefill)
+        for slot, req in enumerate(running):
+            if not req.prefilling or req.cancelled:
+                continue
+            coming.update(req.names[req.position // self._block() :])
+            if budget > 0:
+                budget -= self._chunk(req, slot, budget, fresh)
         while waiting and len(running) < self.max_num_seqs:
             req = waiting[0]
             if req.spec.priority > 0:
@@ -486,8 +513,8 @@ class TorchEngine:
                 if low >= low_most:
                     break  # the rest of the slots wait for interactive requests
             n = len(req.spec.prompt_token_ids)
-            if req.saved is None and running and n > budget and budget < self.prefill_tokens:
-                break  # the step's prefill budget is spent (a long prompt still goes first)
+            if req.saved is None and budget <= 0:
+                break  # the step's prefill budget is spent
             longest = max([r.worst_length() for r in running] + [req.worst_length()])
             need = cache.bytes_for(len(running) + 1, longest)
             if running and need > self.kv_bytes:
@@ -520,41 +547,68 @@ class TorchEngine:
             self.counters["prefix_queries"] += n
             self.counters["prefix_hits"] += hit
             req.cached = hit
-            req.position = n
+            req.position = hit
+            req.names = names
             running.append(req)
-            fresh.append((req, names, Prompt(prompt[hit:], slot, hit)))
-            budget -= n - hit
+            budget -= self._chunk(req, slot, budget, fresh)
         self._prefill(fresh, cache)
 
-    def _prefill(self, fresh: list[tuple[_Request, list[bytes], Prompt]], cache: Any) -> None:
-        """The prompts of the requests admitted this step, in one pass; each request's first
-        token, and its whole blocks kept in the prefix cache."""
-        self._burst = any(req.spec.priority == 0 for req, _, _ in fresh)
+    def _block(self) -> int:
+        assert self.prefix is not None
+        return self.prefix.block
+
+    def _chunk(
+        self, req: _Request, slot: int, budget: int, fresh: list[tuple[_Request, Prompt]]
+    ) -> int:
+        """Queue the next part of a prompt for this step's pass: all that is left, or `budget`
+        tokens of it (the rest goes on in later steps); returns the tokens taken."""
+        prompt = req.spec.prompt_token_ids
+        end = min(len(prompt), req.position + budget)
+        fresh.append((req, Prompt(prompt[req.position : end], slot, req.position)))
+        taken = end - req.position
+        req.position = end  # the pass below writes their keys and values
+        return taken
+
+    def _prefill(self, fresh: list[tuple[_Request, Prompt]], cache: Any) -> None:
+        """The prompt parts queued this step, in one pass; for each prompt it completes, the
+        request's first token, and the prompt's whole blocks kept in the prefix cache."""
+        self._burst = any(req.spec.priority == 0 for req, _ in fresh)
         if not fresh:
             return
         probe = self._sampled("prefills")
-        logits = self.model.prefill_many([p for _, _, p in fresh], cache, probe)
+        logits = self.model.prefill_many([p for _, p in fresh], cache, probe)
         self._keep("prefill", probe)
-        self.counters["prefills"] += len(fresh)
         self.counters["prefill_passes"] += 1
         assert self.prefix is not None
-        for j, (req, names, p) in enumerate(fresh):
-            self.prefix.save(names, cache, p.slot)
+        for j, (req, p) in enumerate(fresh):
+            if p.end < len(req.spec.prompt_token_ids):
+                self.counters["prefill_chunks"] += 1
+                continue
+            self.counters["prefills"] += 1
+            self.prefix.save(req.names, cache, p.slot)
             self._emit(req, *self._choose(req, logits[j]))
 
     def _decoding(self, running: list[_Request]) -> tuple[list[_Request], list[int] | None]:
-        """The rows this step decodes and their slots (None: all, slots 0..n-1). A step that
-        prefilled interactive prompts leaves the batch rows out: their requests' clients wait
-        for the step's end, the batch rows lose one step."""
-        if not self._burst:
-            return running, None
-        slots = [j for j, r in enumerate(running) if r.spec.priority == 0]
+        """The rows this step decodes and their slots (None: all, slots 0..n-1): not those
+        whose prompt is still being prefilled. A step that prefilled interactive prompts also
+        leaves the batch rows out: their requests' clients wait for the step's end, the batch
+        rows lose one step."""
+        slots = [
+            j
+            for j, r in enumerate(running)
+            if not r.prefilling and (not self._burst or r.spec.priority == 0)
+        ]
         if len(slots) == len(running):
             return running, None
-        self.counters["rows_sat_out"] += len(running) - len(slots)
+        if self._burst:
+            self.counters["rows_sat_out"] += sum(
+                1 for r in running if r.spec.priority > 0 and not r.prefilling
+            )
         return [running[j] for j in slots], slots
 
     def _decode(self, running: list[_Request], slots: list[int] | None, cache: Any) -> None:
+        if not running:
+            return  # every row is still prefilling
         tokens = [r.output[-1] for r in running]
         positions = [r.position for r in running]
         probe = self._sampled("steps")
@@ -665,7 +719,7 @@ class TorchEngine:
             return
         spec = req.spec
         n = len(spec.prompt_token_ids)
-        held = spec.prompt_token_ids + req.output[: max(0, req.position - n)]
+        held = (spec.prompt_token_ids + req.output)[: req.position]
         names = block_names(held, spec.cache_salt, self.prefix.block)
         if len(names) * self.prefix.block > n:  # the prompt's own blocks were kept at prefill
             self.prefix.save(names, cache, slot)
