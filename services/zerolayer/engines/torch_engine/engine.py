@@ -482,6 +482,8 @@ class TorchEngine:
         # step prefills less (chunked prefill)
         decoding = any(not r.prefilling for r in running)
         budget = self.prefill_tokens_busy if decoding else self.prefill_tokens
+        prefix = self.prefix
+        assert prefix is not None
         for r in waiting:
             if r.cancelled and r.saved is not None:
                 self._unsave(r)
@@ -503,7 +505,7 @@ class TorchEngine:
         for slot, req in enumerate(running):
             if not req.prefilling or req.cancelled:
                 continue
-            coming.update(req.names[req.position // self._block() :])
+            coming.update(req.names[req.position // prefix.block :])
             if budget > 0:
                 budget -= self._chunk(req, slot, budget, fresh)
         while waiting and len(running) < self.max_num_seqs:
@@ -522,8 +524,6 @@ class TorchEngine:
             waiting.pop(0)
             slot = len(running)
             cache.ensure(slot + 1, min(longest, self.max_model_len))
-            prefix = self.prefix
-            assert prefix is not None
             # the slots come first: the prefix cache keeps only what they leave of the budget
             prefix.evict_to(min(self.prefix_bytes, self.kv_bytes - max(need, cache.held_bytes)))
             if req.saved is not None:  # pre-empted: back into a slot, on from the same token
@@ -552,10 +552,6 @@ class TorchEngine:
             running.append(req)
             budget -= self._chunk(req, slot, budget, fresh)
         self._prefill(fresh, cache)
-
-    def _block(self) -> int:
-        assert self.prefix is not None
-        return self.prefix.block
 
     def _chunk(
         self, req: _Request, slot: int, budget: int, fresh: list[tuple[_Request, Prompt]]
