@@ -486,6 +486,50 @@ def test_the_compiled_decode_step_matches_the_torch_ops(
     assert torch.allclose(fast, slow, atol=1e-3, rtol=0), float((fast - slow).abs().max())
 
 
+def test_batches_through_onednn_match_torchs_matmul(
+    model_dir: Path, chats: Any, kernel: kernels.SparseInputKernel, tmp_path: Path
+) -> None:
+    """Products of several rows run through oneDNN over output-major copies of the input-major
+    weights (the output layer thresholded too): the same greedy tokens and logits within float
+    tolerance as torch's matmul over the input-major weights, for a batch step and a prefill;
+    the copies are counted and the single-stream step still reads the input-major weights."""
+    from zerolayer.engines.torch_engine import SlotCache, load_llama
+    from zerolayer.engines.torch_engine.model import Prompt
+
+    save_dynamic(tmp_path, Dynamic(mlp={3: 0.05}, head={0: 0.1}))
+    on = load_llama(model_dir, artifact="dynamic", artifact_dir=tmp_path)
+    off = load_llama(model_dir, artifact="dynamic", artifact_dir=tmp_path, onednn=False)
+    if not on.onednn:
+        pytest.skip("no oneDNN in this torch build")
+    assert not off.onednn and off.report.batch_copy_bytes == 0
+    proj = on.layers[0].gate_up[0]
+    assert proj.batch is not None and proj.batch.shape == proj.weight.t().shape
+    assert on.head is not None and on.head.batch is not None
+    projs = [p for layer in on.layers for p in (*layer.qkv, *layer.gate_up, layer.o, layer.down)]
+    copies = sum(p.weight.numel() * 4 for p in projs) + on.head.weight.numel() * 4
+    assert on.report.batch_copy_bytes == copies
+    prompts = [chats[0], chats[1], chats[1] + chats[0]]
+
+    def run(model: Any) -> tuple[list[list[int]], torch.Tensor]:
+        cache = SlotCache(model.shape, torch.float32, model.device, 512)
+        cache.ensure(3, 512)
+        logits = model.prefill_many([Prompt(ids, n) for n, ids in enumerate(prompts)], cache)
+        positions = [len(ids) for ids in prompts]
+        tokens: list[list[int]] = [[] for _ in range(3)]
+        seen = [logits]
+        for i in range(8):
+            for row, t in zip(tokens, logits.argmax(-1).tolist(), strict=True):
+                row.append(t)
+            logits = model.decode([row[-1] for row in tokens], [p + i for p in positions], cache)
+            seen.append(logits)
+        return tokens, torch.stack(seen)
+
+    fast_tokens, fast = run(on)
+    slow_tokens, slow = run(off)
+    assert fast_tokens == slow_tokens
+    assert torch.allclose(fast, slow, atol=1e-3, rtol=0), float((fast - slow).abs().max())
+
+
 def test_bfloat16_weights_keep_the_tokens_in_both_decode_paths(
     model_dir: Path, chats: Any, kernel: kernels.SparseInputKernel
 ) -> None:

@@ -38,6 +38,8 @@ from zerolayer.engines.torch_engine.weights import (
     Proj,
     dtype_name,
     narrow_products,
+    onednn_available,
+    onednn_linear,
     sparse_hw_available,
 )
 
@@ -112,6 +114,7 @@ class LoadReport:
     offloaded_layers: int = 0
     resident_bytes: int = 0
     offloaded_bytes: int = 0
+    batch_copy_bytes: int = 0  # output-major copies of input-major weights, for batches
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -141,7 +144,12 @@ class LlamaModel:
         offload_layers: int | None = None,
         report: LoadReport | None = None,
         compiler: kernels.Compiler | None = None,
+        onednn: bool = True,
     ):
+        """`onednn`: float32 products of several rows on a CPU through oneDNN, over an
+        output-major copy of each input-major weight (those the compiled single-stream step
+        reads; the copy costs their memory again); off, torch's matmul over the input-major
+        weights (about 1.5x slower decode steps of 8-32 rows on a 2-core CPU)."""
         self.shape = shape
         self.device = torch.device(device)
         self.dtype = dtype
@@ -164,6 +172,9 @@ class LlamaModel:
         thresholds = thresholds or {}
         sparse_units = sparse_units or set()
         self.kernel = self._kernel(bool(thresholds), compiler)
+        # float32 products of several rows through oneDNN where it runs (a CPU)
+        self.onednn = onednn and wdtype == dtype and onednn_available(self.device, dtype)
+        copies = self.onednn and self.kernel is not None
         hw = bool(sparse_units) and sparse_hw_available(self.device)
         self.report.sparse24_units = len(sparse_units)
         self.report.sparse24_hardware = hw
@@ -186,18 +197,22 @@ class LlamaModel:
         self.lm_head = self.embed if shape.tied or head is None else dev(head)
         # latency mode on the output layer's input: its single-token product reads only the rows
         # of the inputs that pass, so the layer is kept input-major (a tied embedding becomes a
-        # view of the same tensor: its rows are gathered, no second copy); the same when the
-        # layer's weights are kept in a narrower precision than the activations
+        # view of the same tensor: its rows are gathered, no second copy, unless oneDNN's batches
+        # keep the output-major one too); the same when the layer's weights are kept in a
+        # narrower precision than the activations
         self.head: Proj | None = None  # the output layer as a thresholded or narrower projection
         head_threshold = thresholds.get((0, "head"))
         if head_threshold is not None or wdtype != dtype:
             transposed = self.kernel is not None  # the kernel reads the layer input-major
             stored = (self.lm_head.t() if transposed else self.lm_head).to(wdtype).contiguous()
             view = stored.t() if transposed else stored  # out x in, as the embedding reads it
-            if self.lm_head is self.embed:
+            batch = self.lm_head if self.onednn else None  # out x in: oneDNN reads it so
+            if batch is not None and transposed:
+                self.report.batch_copy_bytes += batch.numel() * batch.element_size()
+            elif self.lm_head is self.embed:
                 self.embed = view
             self.lm_head = view
-            self.head = Proj(stored, threshold=head_threshold, kernel=self.kernel)
+            self.head = Proj(stored, threshold=head_threshold, kernel=self.kernel, batch=batch)
         host_layers = []
         for i in range(shape.layers):
             q = f"{p}layers.{i}."
@@ -210,9 +225,13 @@ class LlamaModel:
                     return [self._sparse(w, sparse_min_tokens) for w in ws]
                 w = ws[0] if len(ws) == 1 else torch.cat(ws)
                 t = thresholds.get((i, key))
+                w = w.contiguous()
                 if self.kernel is not None:
-                    return [Proj(w.t().contiguous(), threshold=t, kernel=self.kernel)]
-                return [Proj(w.contiguous(), threshold=t)]
+                    batch = w if copies else None
+                    if batch is not None:
+                        self.report.batch_copy_bytes += w.numel() * w.element_size()
+                    return [Proj(w.t().contiguous(), threshold=t, kernel=self.kernel, batch=batch)]
+                return [Proj(w, threshold=t, batch=w if self.onednn else None)]
 
             host_layers.append(
                 Layer(
@@ -466,7 +485,9 @@ class LlamaModel:
         the tier thresholds its input: one token reads only the rows of the inputs that
         pass); [n, vocab]."""
         h = _rms(x, self.norm, self.shape.eps)
-        return _apply(self.head, h, probe) if self.head is not None else F.linear(h, self.lm_head)
+        if self.head is not None:
+            return _apply(self.head, h, probe)
+        return onednn_linear(h, self.lm_head) if self.onednn else F.linear(h, self.lm_head)
 
 
 def load_llama(
