@@ -37,8 +37,8 @@ def onednn_available(device: torch.device, dtype: torch.dtype) -> bool:
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through oneDNN's inner product (weight out x in, contiguous, float32 on a
     CPU). With the weights cold in memory, as in a decode step over every layer, torch's matmul
-    reaches 15-40 GFLOP/s at 8-32 rows on a 2-core AMD EPYC and this 20-65
-    (benchmarks/docs: "Batched products through oneDNN")."""
+    reaches 15-40 GFLOP/s at 8-32 rows on a 2-core AMD EPYC and this 20-65 (docs/benchmarks.md,
+    "Batched products through oneDNN")."""
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, None, "none", [], "")
 
 
@@ -91,8 +91,8 @@ class Proj:
     the result.
 
     `batch`: a second, output-major copy of an input-major float32 weight, for products of
-    several rows through oneDNN (onednn_linear): 1.3-1.6x torch's matmul over the input-major
-    weight at 8-64 rows, at the cost of the copy's memory."""
+    several rows through oneDNN (onednn_linear): decode steps of 8-64 rows 1.3-1.9x as fast as
+    with torch's matmul over the input-major weight, at the cost of the copy's memory."""
 
     def __init__(
         self,
