@@ -502,6 +502,9 @@ def test_batches_through_onednn_match_torchs_matmul(
     if not on.onednn:
         pytest.skip("no oneDNN in this torch build")
     assert not off.onednn and off.report.batch_copy_bytes == 0
+    engine = TorchEngine(str(model_dir), onednn=False)  # a tier's engine_args turn it off
+    engine._load()
+    assert engine.model is not None and not engine.model.onednn
     proj = on.layers[0].gate_up[0]
     assert proj.batch is not None and proj.batch.shape == proj.weight.t().shape
     assert on.head is not None and on.head.batch is not None

@@ -141,8 +141,11 @@ class TorchEngine:
         batch_rows_busy: int = 4,
         busy_hold_s: float = 0.5,
         swap_gib: float = 0.5,
+        onednn: bool = True,
     ):
         self.model_dir = model_dir
+        # batches through oneDNN over output-major weight copies on a CPU (LlamaModel's onednn)
+        self.onednn = onednn
         self.artifact = artifact
         self.artifact_dir = artifact_dir
         self.dtype = getattr(torch, dtype)
@@ -260,6 +263,7 @@ class TorchEngine:
             device_budget_bytes=self.device_budget,
             offload_layers=self.offload_layers,
             compiler=self.compiler,
+            onednn=self.onednn,
         )
         tok_dir = self.artifact_dir if self.artifact == "pruned" else self.model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
