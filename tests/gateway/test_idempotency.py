@@ -255,3 +255,65 @@ def test_a_slow_body_with_the_header_and_no_key_times_out(make_gateway: GatewayF
         waited = time.monotonic() - t0
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
     assert waited < 10
+
+
+def test_the_result_is_kept_before_the_last_chunk_goes_out(redis_url: str) -> None:
+    """A client that retries the moment it has the whole answer must find it kept, not a 409
+    "still running": the layer keeps the result (or releases the key after a refusal) before it
+    sends the answer's last chunk. Checked on the ASGI layer itself, whose send sees each chunk
+    as the client would."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from zerolayer.gateway.idempotency import Idempotency
+    from zerolayer.store.keys import ApiKeyRecord
+
+    record = ApiKeyRecord("k-last-chunk", "pro", time.time(), "test", False)
+
+    def app_answering(status: int) -> Any:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await receive()
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b'{"a": ', "more_body": True})
+            await send({"type": "http.response.body", "body": b"1}"})
+
+        return app
+
+    async def run(status: int, idem: str) -> list[Any]:
+        client = aioredis.from_url(redis_url)
+        seen: list[Any] = []
+
+        async def lookup(_key: str) -> ApiKeyRecord:
+            return record
+
+        layer = Idempotency(app_answering(status), client, lookup)
+        digest = hashlib.sha256(idem.encode()).hexdigest()[:32]
+
+        async def stored() -> Any:
+            names = [n async for n in client.scan_iter(match=f"zl:idem:*:{digest}")]
+            return json.loads(await client.get(names[0])) if names else None
+
+        async def send(msg: Any) -> None:
+            if msg["type"] == "http.response.body":
+                seen.append((msg.get("more_body", False), await stored()))
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "query_string": b"",
+            "headers": [(b"authorization", b"Bearer sk-x"), (b"idempotency-key", idem.encode())],
+        }
+        await layer(scope, receive, send)
+        await client.aclose()
+        return seen
+
+    kept = asyncio.run(run(200, "last-chunk-ok"))
+    assert kept[0][0] and kept[0][1]["state"] == "running"  # a first chunk: still running
+    assert not kept[1][0] and kept[1][1]["state"] == "done"  # the last: kept already
+    assert base64.b64decode(kept[1][1]["content"]) == b'{"a": 1}'
+    refused = asyncio.run(run(429, "last-chunk-refused"))
+    assert refused[0][1]["state"] == "running" and refused[1][1] is None  # released first

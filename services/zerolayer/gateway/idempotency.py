@@ -18,7 +18,9 @@ with the same key:
   conversation) that was deleted since (by the tenant, or with the tenant): 409
   `idempotency_result_deleted`; the kept copy is not sent.
 
-A result is kept `idempotency.ttl_s` (24 hours). Only results the request produced are kept
+A result is kept (or the key released) before the answer's last chunk is sent, so a retry
+sent the moment the answer arrived finds it settled. A result is kept `idempotency.ttl_s`
+(24 hours). Only results the request produced are kept
 (2xx); a refusal (4xx, 5xx: nothing was billed) releases the key, so a retry runs again. A
 claim is a lease renewed while its request runs: a gateway that dies mid-request leaves a key
 that frees itself within `lease_s` (its request was not billed: its reservation is swept). A
@@ -299,28 +301,38 @@ class Idempotency:
         sent: list[bytes] = []
         size = 0
         complete = False
+        settled = False
+
+        def take(chunk: bytes) -> None:
+            nonlocal size
+            size += len(chunk)
+            if size <= self.max_bytes:
+                sent.append(chunk)
 
         async def capture(msg: Message) -> None:
-            nonlocal status, size, complete
+            nonlocal status, complete
             if msg["type"] == "http.response.start":
                 status = int(msg["status"])
                 for k, v in msg.get("headers") or []:
                     if k.lower() in _KEPT_HEADERS:
                         head.append([k.decode("latin-1"), v.decode("latin-1")])
+            elif msg["type"] == "http.response.body" and not msg.get("more_body"):
+                # the last chunk is kept (or the key released) before it goes out: a client
+                # that retries the moment it has the whole answer finds it settled
+                take(msg.get("body", b""))
+                complete = True
+                await settle()
             await send(msg)  # raises when the client is gone: that chunk was not delivered
-            if msg["type"] == "http.response.body":
-                chunk = msg.get("body", b"")
-                size += len(chunk)
-                if size <= self.max_bytes:
-                    sent.append(chunk)
-                complete = not msg.get("more_body")
+            if msg["type"] == "http.response.body" and not complete:
+                take(msg.get("body", b""))
 
         state = scope.setdefault("state", {})  # where the routes mark what may be kept
-        keeper = asyncio.ensure_future(self._keep_claim(name, claim))
-        try:
-            await self.app(scope, replay(body, False, receive), capture)
-        finally:
-            keeper.cancel()
+
+        async def settle() -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
             mark = state.get(_MARK)
             if 200 <= status < 300 and mark == _NOT_KEPT:  # that it ran, not what it said
                 result = {"state": "done", "body": json.loads(claim)["body"], "object": mark}
@@ -338,6 +350,13 @@ class Idempotency:
                 await self._settle(self._keep, name, claim, json.dumps(result), self.ttl_s)
             else:
                 await self._settle(self._release, name, claim)
+
+        keeper = asyncio.ensure_future(self._keep_claim(name, claim))
+        try:
+            await self.app(scope, replay(body, False, receive), capture)
+        finally:
+            keeper.cancel()
+            await settle()
 
     async def _keep_claim(self, name: str, claim: str) -> None:
         while True:
