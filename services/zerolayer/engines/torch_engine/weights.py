@@ -81,7 +81,8 @@ class Proj:
     a CPU in float32 with the compiled kernels (kernels.py) every weight is kept
     transposed (in x out): the compiled single-stream step reads it in place, skipping the rows
     of inputs under the threshold (0 for a dense weight), a lone token's product outside that
-    step runs the same kernel, and batches use one matmul over the zeroed input. Elsewhere
+    step runs the same kernel, and batches use one product over the zeroed input (through
+    oneDNN over `batch` where it is set, else torch's matmul over the stored weight). Elsewhere
     weights keep torch's layout (out x in), with a 2:4 copy on sparse tensor cores used for
     steps of at least min_tokens tokens, where it pays.
 
@@ -90,9 +91,10 @@ class Proj:
     precision (on a CPU with AMX or AVX-512 BF16, about three times the float32 rate) and widen
     the result.
 
-    `batch`: a second, output-major copy of an input-major float32 weight, for products of
-    several rows through oneDNN (onednn_linear): decode steps of 8-64 rows 1.3-1.9x as fast as
-    with torch's matmul over the input-major weight, at the cost of the copy's memory."""
+    `batch`: the weight output-major in float32 for products of several rows through oneDNN
+    (onednn_linear): a second copy of an input-major weight (decode steps of 8-64 rows 1.3-1.9x
+    as fast as torch's matmul over the input-major one, at the cost of the copy's memory), or
+    the weight itself where it is stored output-major already (no compiled kernels)."""
 
     def __init__(
         self,
